@@ -1,0 +1,1 @@
+"""The world: SimPy environment, market, scenarios, recording, replay and the command line."""
