@@ -1,0 +1,254 @@
+"""The Grimoire: a columnar arena of memory entries for a whole population (SPEC §3).
+
+Shape: one slab of `capacity` slots per Golem (rows g*cap .. g*cap+cap), every field a column,
+embeddings one contiguous float32 block stored unit-normalised at insert. A retrieval scans its
+Golem's slab front to back, so scoring rides on one memory stream. Evicting overwrites a slot in
+place; the slab never moves. Sparse, rarely-set fields (reflex phrases, links) live in dicts keyed
+by entry id so that memory per entry stays O(d).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from golem import pad as padm
+
+CATEGORIES = ("episode", "insight", "heuristic", "warning", "opportunity", "lesson", "death_reflection")
+DECAY_CLASSES = ("ephemeral", "tactical", "regime_conditional", "structural")
+STATUSES = ("active", "stale", "expired", "archived")
+LABELS = ("neutral", "frustration", "success", "risk")
+ATTRIBUTIONS = ("mixed", "internal", "external")
+ROLES = ("observation", "action", "insight")
+EPHEMERAL, TACTICAL, REGIME, STRUCTURAL = range(4)
+ACTIVE, STALE, EXPIRED, ARCHIVED = range(4)
+DAY_MS = 86_400_000
+
+
+def fill(base: float, term: float) -> float:
+    """Fill up toward 1 by `term` of the remaining headroom; never adds past 1 (SPEC §3.3)."""
+    return base + term * (1.0 - base)
+
+
+def salience(intensity: float, tick_pnl: float, portfolio_value: float, pleasure: float, *,
+             probe_high: bool = False, regime_shift: bool = False, recurring_loss: bool = False,
+             role_scale: float = 1.0, first_sighting: bool = False, pnl_scale: float = 0.05,
+             negativity: float = 0.25, signal_boost: float = 0.1, first_sighting_floor: float = 0.7) -> float:
+    """Salience of a would-be entry (SPEC §3.3).
+
+    s = fill(intensity, m), m = min(1, |pnl| / (pnl_scale * value)); a loss fills further by
+    negativity*|P| (bad is stronger than good); the entry's role scales the result; each signal
+    (high probe, regime shift, recurring loss) then adds `signal_boost`; capped at 1. A first
+    sighting is floored at 0.70. Role scaling precedes the additive boosts so a boost is always
+    worth the same 0.1 (our reading; docs/decisions.md).
+    """
+    m = min(1.0, abs(tick_pnl) / (pnl_scale * portfolio_value)) if portfolio_value > 0 else 1.0
+    s = fill(intensity, m)
+    if pleasure < 0:
+        s = fill(s, negativity * abs(pleasure))
+    s = min(1.0, s * role_scale)
+    s = min(1.0, s + signal_boost * (int(probe_high) + int(regime_shift) + int(recurring_loss)))
+    if first_sighting:
+        s = max(s, first_sighting_floor)
+    return s
+
+
+def gate(s: float, flashbulb: bool = False, gate_min: float = 0.3, tier_14d: float = 0.5,
+         tier_30d: float = 0.7, ttl_days: tuple[float, float, float] = (7, 14, 30)) -> tuple[bool, float, bool]:
+    """(write?, tier TTL in days, promote?) for salience s (SPEC §3.3 gating)."""
+    if s < gate_min and not flashbulb:
+        return False, 0.0, False
+    if s < tier_14d:
+        return True, ttl_days[0], False
+    if s < tier_30d:
+        return True, ttl_days[1], False
+    return True, ttl_days[2], True
+
+
+def promote(decay_class: int) -> int:
+    """One step up, never above regime-conditional by promotion alone."""
+    return min(decay_class + 1, REGIME) if decay_class < REGIME else decay_class
+
+
+def effective_window_days(decay_class: int, tier_ttl_days: float, sal: float,
+                          class_days: tuple[float, float, float] = (1, 7, 14)) -> float:
+    """max(class_days, tier TTL) * (1 + salience); structural entries never expire (inf)."""
+    if decay_class == STRUCTURAL:
+        return math.inf
+    return max(class_days[decay_class], tier_ttl_days) * (1.0 + sal)
+
+
+def status_at(now_ms: int, last_accessed_ms: int, window_days: float, archived: bool = False) -> int:
+    """active, stale past the window, expired past twice the window (age from last access)."""
+    if archived:
+        return ARCHIVED
+    age_days = (now_ms - last_accessed_ms) / DAY_MS
+    if age_days > 2 * window_days:
+        return EXPIRED
+    if age_days > window_days:
+        return STALE
+    return ACTIVE
+
+
+def initial_confidence(source_confidence: float, arousal: float) -> float:
+    """Source confidence (own 0.9 ... speculative 0.2) times the arousal encoding factor."""
+    return source_confidence * padm.arousal_encoding_factor(arousal)
+
+
+def propagate_confidence(c: float, validated: bool, validation: float = 0.10, contradiction: float = 0.20) -> float:
+    return min(1.0, max(0.0, c + validation if validated else c - contradiction))
+
+
+def eviction_score(importance: float, confidence: float, sal: float) -> float:
+    return importance * confidence * (1.0 + sal)
+
+
+def is_protected(decay_class: int, flashbulb: bool, sal: float) -> bool:
+    """Structural, flashbulb or salience >= 0.7 entries are never evicted nor archived."""
+    return decay_class == STRUCTURAL or flashbulb or sal >= 0.7
+
+
+# --- the arena -------------------------------------------------------------------------------
+
+_COLUMNS: dict[str, type] = {
+    "id": np.int64, "created_ms": np.int64, "last_access_ms": np.int64, "window_ms": np.float64,
+    "category": np.int8, "topic": np.int32, "scope": np.int32, "kind": np.int16,
+    "confidence": np.float32, "importance": np.float32, "salience": np.float32, "decay_class": np.int8,
+    "has_tag": np.bool_, "p": np.float32, "a": np.float32, "d": np.float32,
+    "up": np.float64, "ua": np.float64, "ud": np.float64,  # unit PAD of the tag (0 when untagged)
+    "i0": np.float32, "emotion": np.int8, "reactivated": np.bool_, "react_count": np.int16,
+    "last_react_ms": np.int64, "label": np.int8, "attribution": np.int8, "arousal_bias": np.bool_,
+    "flashbulb": np.bool_, "provenance": np.int32, "access_count": np.int32, "acted_on_count": np.int32,
+    "last_acted_ms": np.int64, "reflex": np.bool_, "status": np.int8, "heat": np.float32,
+    "outcome": np.float32, "has_outcome": np.bool_, "curator_weight": np.float32, "low_conf": np.bool_,
+    "role": np.int8, "last_reflex_ms": np.int64,
+}
+
+
+@dataclass
+class Grimoire:
+    """Entries x fields for `n_golems` Golems, `capacity` slots each."""
+
+    n_golems: int
+    capacity: int
+    dim: int
+    cols: dict[str, np.ndarray] = field(init=False)
+    emb: np.ndarray = field(init=False)
+    count: np.ndarray = field(init=False)
+    next_id: int = 0
+    recall_when: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    links: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = self.n_golems * self.capacity
+        self.cols = {k: np.zeros(n, dtype=t) for k, t in _COLUMNS.items()}
+        self.cols["id"][:] = -1
+        self.cols["last_react_ms"][:] = -1
+        self.cols["provenance"][:] = -1
+        self.cols["last_reflex_ms"][:] = np.iinfo(np.int64).min // 2
+        self.emb = np.zeros((n, self.dim), dtype=np.float32)
+        self.count = np.zeros(self.n_golems, dtype=np.int64)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        cols = self.__dict__.get("cols")
+        if cols is not None and name in cols:
+            return cols[name]
+        raise AttributeError(name)
+
+    def bytes_per_entry(self) -> float:
+        total = self.emb.nbytes + sum(c.nbytes for c in self.cols.values())
+        return total / (self.n_golems * self.capacity)
+
+    def slab(self, g: int) -> slice:
+        return slice(g * self.capacity, g * self.capacity + int(self.count[g]))
+
+    def slot_of(self, entry_id: int) -> int:
+        hits = np.flatnonzero(self.cols["id"] == entry_id)
+        return int(hits[0]) if hits.size else -1
+
+    def insert(self, golem: np.ndarray, emb: np.ndarray, values: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Write a batch of entries in the given order; returns (slots, ids).
+
+        Full slabs evict their lowest importance*confidence*(1+salience) non-protected entry
+        (archived ones first); a slab with nothing evictable refuses the write (slot -1).
+        """
+        golem = np.asarray(golem, dtype=np.int64)
+        c = self.cols
+        slots = _pick_slots(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
+                            c["salience"], c["decay_class"], c["flashbulb"], c["status"])
+        ok = slots >= 0
+        ids = np.full(golem.size, -1, dtype=np.int64)
+        ids[ok] = self.next_id + np.arange(int(ok.sum()))
+        self.next_id += int(ok.sum())
+        evicted = c["id"][slots[ok]].copy()
+        for sl, eid in zip(slots[ok], evicted):
+            if eid >= 0:
+                self.recall_when.pop(int(eid), None)
+                self.links.pop(int(eid), None)
+        s = slots[ok]
+        for name, col in c.items():
+            col[s] = 0 if name not in _RESET else _RESET[name]
+        c["id"][s] = ids[ok]
+        for name, v in values.items():
+            c[name][s] = np.asarray(v)[ok] if np.ndim(v) else v
+        e = np.asarray(emb, dtype=np.float64)[ok]
+        nrm = np.linalg.norm(e, axis=1, keepdims=True)
+        self.emb[s] = (e / np.maximum(nrm, 1e-12)).astype(np.float32)
+        self._stamp_unit_pad(s)
+        return slots, ids
+
+    def _stamp_unit_pad(self, s: np.ndarray) -> None:
+        """Precompute the unit PAD vector of each tag (0 for untagged), so cosine is a dot product."""
+        c = self.cols
+        p, a, d = (c[k][s].astype(np.float64) for k in "pad")
+        n = np.maximum(np.sqrt(p * p + a * a + d * d), 1e-8)
+        tagged = c["has_tag"][s]
+        c["up"][s] = np.where(tagged, p / n, 0.0)
+        c["ua"][s] = np.where(tagged, a / n, 0.0)
+        c["ud"][s] = np.where(tagged, d / n, 0.0)
+
+    def set_tag_pad(self, slots: np.ndarray, p=None, a=None, d=None) -> None:
+        """Change tag components (e.g. REM depotentiation of arousal) and refresh unit vectors."""
+        for k, v in (("p", p), ("a", a), ("d", d)):
+            if v is not None:
+                self.cols[k][slots] = v
+        self._stamp_unit_pad(np.asarray(slots))
+
+    def live_mask(self, g: int) -> np.ndarray:
+        return self.cols["id"][self.slab(g)] >= 0
+
+
+_RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "last_reflex_ms": np.iinfo(np.int64).min // 2}
+
+
+@njit(cache=True)
+def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class, flashbulb, status):
+    """Sequentially choose a slot for each new entry: the next free one, else evict."""
+    out = np.empty(golem.size, dtype=np.int64)
+    for i in range(golem.size):
+        g = golem[i]
+        base = g * cap
+        if count[g] < cap:
+            out[i] = base + count[g]
+            count[g] += 1
+            continue
+        best = -1
+        best_score = np.inf
+        for j in range(cap):
+            s = base + j
+            protected = decay_class[s] == 3 or flashbulb[s] or sal[s] >= 0.7
+            if protected:
+                continue
+            score = importance[s] * confidence[s] * (1.0 + sal[s])
+            if status[s] == 3:
+                score = -1.0  # archived entries go first
+            # strictly lower wins; ties keep the earlier slot (deterministic)
+            if score < best_score:
+                best_score = score
+                best = s
+        if best >= 0:
+            decay_class[best] = 3  # now holds a new entry of this batch: off-limits until written
+        out[i] = best
+    return out

@@ -1,0 +1,172 @@
+"""Retrieval (SPEC §4): the four-factor score, its scalar reference, and the batched front end.
+
+The batched path calls `golem.kernels.retrieve_batch` once for a whole cohort; the scalar
+reference below is the spec written out entry by entry and is what the kernel is tested against.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from golem import kernels
+from golem import pad as padm
+from golem.grimoire import ARCHIVED, DAY_MS, Grimoire
+
+HOUR_MS = 3_600_000.0
+
+
+def four_factor_score(semantic: float, hours_since_access: float, importance: float, emotional: float,
+                      weights: tuple[float, float, float, float] = (0.40, 0.20, 0.25, 0.15),
+                      temporal_base: float = 0.995) -> float:
+    """0.40 semantic + 0.20 * 0.995^hours + 0.25 importance + 0.15 emotional (SPEC §4.1)."""
+    return (weights[0] * semantic + weights[1] * temporal_base ** hours_since_access
+            + weights[2] * importance + weights[3] * emotional)
+
+
+def six_factor_score(relevance: float, decayed_strength: float, recency: float, spreading: float,
+                     context_match: float, salience: float,
+                     weights: tuple[float, ...] = (0.38, 0.18, 0.08, 0.14, 0.14, 0.08)) -> float:
+    """The [C] alternative profile (SPEC §4.1), for comparison on the same tape."""
+    parts = (relevance, decayed_strength, recency, spreading, context_match, salience)
+    return sum(w * x for w, x in zip(weights, parts))
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    top_k: int = 8
+    weights: tuple[float, float, float, float] = (0.40, 0.20, 0.25, 0.15)
+    temporal_base: float = 0.995
+    half_life_days: float = 3.0
+    reactivation_boost: float = 0.3
+    charge_fading: bool = True
+    salience_cap: float = 0.25
+    live: bool = False
+
+    @classmethod
+    def from_config(cls, cfg) -> "RetrievalParams":
+        r = cfg.retrieval
+        return cls(top_k=r.top_k, weights=(r.w_semantic, r.w_temporal, r.w_importance, r.w_emotional),
+                   temporal_base=r.temporal_base, half_life_days=cfg.decay.half_life_days,
+                   reactivation_boost=cfg.decay.reactivation_boost, charge_fading=r.charge_fading,
+                   salience_cap=r.salience_rank_cap, live=r.salience_rank == "live")
+
+
+def entry_factors(gr: Grimoire, s: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams):
+    """The four factors of one slot, straight from the SPEC formulas (scalar reference)."""
+    c = gr.cols
+    sem = 0.0
+    e = gr.emb[s]
+    for t in range(gr.dim):
+        sem += float(e[t]) * float(query[t])
+    hours = (now_ms - int(c["last_access_ms"][s])) / HOUR_MS
+    if c["has_tag"][s]:
+        tag = (float(c["p"][s]), float(c["a"][s]), float(c["d"][s]))
+        emo = padm.pad_cosine_safe(tag, cur_pad)
+        if prm.charge_fading:
+            i0 = float(c["i0"][s])
+            lr = int(c["last_react_ms"][s])
+            now_i = padm.emotional_intensity_at(i0, int(c["created_ms"][s]), now_ms, bool(c["reactivated"][s]),
+                                                lr if lr >= 0 else None, prm.half_life_days, prm.reactivation_boost)
+            emo = padm.faded_emotional_factor(emo, padm.charge(i0, now_i))
+    else:
+        emo = 0.5
+    return sem, hours, float(c["importance"][s]), emo
+
+
+def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams,
+                       min_conf: float = 0.0, valence_sign: int = 0):
+    """Scalar reference: score every eligible entry of Golem g, return [(slot, score, factors)] top-k."""
+    c = gr.cols
+    rows = []
+    for s in range(g * gr.capacity, g * gr.capacity + int(gr.count[g])):
+        if c["id"][s] < 0 or c["status"][s] == ARCHIVED:
+            continue
+        if now_ms - int(c["last_access_ms"][s]) >= 2.0 * float(c["window_ms"][s]):
+            continue
+        if c["confidence"][s] < min_conf:
+            continue
+        pv = float(c["p"][s]) if c["has_tag"][s] else 0.0
+        if valence_sign > 0 and not (c["has_tag"][s] and pv > 0):
+            continue
+        if valence_sign < 0 and not (c["has_tag"][s] and pv < 0):
+            continue
+        sem, hours, imp, emo = entry_factors(gr, s, query, cur_pad, now_ms, prm)
+        score = four_factor_score(sem, hours, imp, emo, prm.weights, prm.temporal_base)
+        if prm.live:
+            score *= 1.0 + float(c["salience"][s]) * prm.salience_cap
+        rows.append((s, score, (sem, prm.temporal_base ** hours, imp, emo)))
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    return rows[: prm.top_k]
+
+
+@dataclass
+class RetrievalResult:
+    """Per-Golem arrays for one batched retrieval (b Golems x k slots; slot -1 = empty)."""
+
+    slots: np.ndarray
+    scores: np.ndarray
+    factors: np.ndarray
+    shadow: np.ndarray
+    pool: np.ndarray
+
+
+def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
+             prm: RetrievalParams, k: int | None = None, min_conf: float = 0.0,
+             valence_sign: np.ndarray | None = None) -> RetrievalResult:
+    """Score and select the top-k for a batch of Golems in one kernel call (no bookkeeping)."""
+    golems = np.ascontiguousarray(golems, dtype=np.int64)
+    b = golems.size
+    k = k or prm.top_k
+    vs = np.zeros(b, dtype=np.int8) if valence_sign is None else np.asarray(valence_sign, dtype=np.int8)
+    out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf),
+                          np.full((b, k, 4), np.nan), np.full((b, k), -1, np.int64), np.zeros((b, 5)))
+    c = gr.cols
+    kernels.retrieve_batch(
+        golems, gr.count, gr.capacity, np.ascontiguousarray(queries, dtype=np.float32),
+        np.ascontiguousarray(cur_pad, dtype=np.float64), vs, np.int64(now_ms),
+        c["id"], gr.emb, c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"],
+        c["confidence"], c["has_tag"], c["p"], c["up"], c["ua"], c["ud"], c["i0"], c["created_ms"],
+        c["reactivated"], c["last_react_ms"], np.asarray(prm.weights, dtype=np.float64),
+        prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, prm.charge_fading,
+        k, prm.salience_cap, min_conf, prm.live,
+        out.slots, out.scores, out.factors, out.shadow, out.pool)
+    return out
+
+
+def touch(gr: Grimoire, slots: np.ndarray, now_ms: int) -> None:
+    """Access bookkeeping for served entries: recall renews (last_accessed_at = now, count + 1)."""
+    s = slots[slots >= 0]
+    gr.cols["last_access_ms"][s] = now_ms
+    np.add.at(gr.cols["access_count"], s, 1)
+
+
+def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, best_nonneg: int,
+                    best_nonneg_score: float) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Reserve one slot for the best non-negative entry if the served set has none (SPEC §4.3)."""
+    served = slots >= 0
+    if not served.any() or best_nonneg < 0 or (valence[served] >= 0).any():
+        return slots, scores, False
+    last = int(np.flatnonzero(served)[-1])
+    slots = slots.copy()
+    scores = scores.copy()
+    slots[last] = best_nonneg
+    scores[last] = best_nonneg_score
+    return slots, scores, True
+
+
+def negative_share(valence: np.ndarray) -> float:
+    return float((valence < 0).mean()) if valence.size else 0.0
+
+
+def hours_between(now_ms: int, then_ms: int) -> float:
+    return (now_ms - then_ms) / HOUR_MS
+
+
+def temporal(hours: float, base: float = 0.995) -> float:
+    return base ** hours
+
+
+__all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",
+           "touch", "anti_rumination", "entry_factors"]

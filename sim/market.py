@@ -1,0 +1,193 @@
+"""The market (SPEC §12): a regime-switching price process with jumps, gas, TVL and scheduled
+events, generated once per run into a `Tape`; probes read the events with per-Golem lags.
+
+Generating the whole tape up front means a run, its replay and every counterfactual read the very
+same market; a real recorded tape (sim.tapes) plugs in at the same place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.rng import hash_uniform
+
+SEVERITIES = ("none", "low", "medium", "high")
+EVENT_KINDS = ("exploit", "rug_pull", "depeg", "gas_spike", "oracle_failure", "flash_crash", "liquidation",
+               "crash_bar", "pump_bar", "funding_extreme", "volatility_spike")
+#: default token descriptions per event kind (the reflex lane matches these)
+EVENT_TOKENS = {
+    "exploit": "exploit drained-pool anonymous-deployer",
+    "rug_pull": "rug-pull liquidity-removed anonymous-deployer",
+    "depeg": "depeg stablecoin peg-break",
+    "gas_spike": "gas-spike mempool-congestion",
+    "oracle_failure": "oracle-failure stale-price",
+    "flash_crash": "flash-crash cascade liquidations",
+    "liquidation": "liquidation cascade",
+}
+
+
+@dataclass(frozen=True)
+class MarketEvent:
+    """A scheduled (or detected) market event and how the probes see it."""
+
+    time_ms: int
+    kind: str
+    asset: int            # index into Tape.assets; -1 = market-wide
+    severity: int         # 0..3 (none..high)
+    impact: float         # total log-return applied to the asset over the duration
+    duration_ms: int
+    tokens: str
+    detect_lag_ms: int = 0
+    detect_jitter_ms: int = 0
+    early_detectors: tuple[int, ...] = ()
+
+    def lag_for(self, seed: int, golem_id: int, event_index: int) -> int:
+        if golem_id in self.early_detectors:
+            return 0
+        u = hash_uniform(seed, golem_id, event_index, 7)
+        return self.detect_lag_ms + int(u * self.detect_jitter_ms)
+
+
+@dataclass
+class Tape:
+    """Recorded market: bars per (step, asset); bar i is known from time_ms[i] + bar_ms on."""
+
+    time_ms: np.ndarray          # (T,) int64 bar open time
+    bar_ms: int
+    assets: tuple[str, ...]
+    protocols: tuple[str, ...]   # protocol (pool) of each asset
+    open: np.ndarray             # (T, A)
+    high: np.ndarray
+    low: np.ndarray
+    close: np.ndarray
+    volume: np.ndarray
+    tvl: np.ndarray              # (T, A)
+    gas: np.ndarray              # (T,) gwei
+    funding: np.ndarray          # (T,) nan where absent
+    regime: np.ndarray           # (T,) int16
+    regime_names: tuple[str, ...]
+    events: list[MarketEvent] = field(default_factory=list)
+
+    @property
+    def n_steps(self) -> int:
+        return self.time_ms.size
+
+    def index_at(self, now_ms: int) -> int:
+        """Last bar closed at or before now (no look-ahead); -1 before the first bar closes."""
+        return int(np.searchsorted(self.time_ms + self.bar_ms, now_ms, side="right")) - 1
+
+    def asset_index(self, name: str) -> int:
+        return self.assets.index(name)
+
+
+def generate(mcfg, duration_s: float, seed: int) -> Tape:
+    """Draw a tape from the scenario's market section with the run's market generator stream."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
+    step_ms = int(mcfg.step_s * 1000)
+    T = int(duration_s * 1000 // step_ms) + 2
+    A = len(mcfg.assets)
+    names = tuple(mcfg.regimes)
+    ridx = {n: i for i, n in enumerate(names)}
+    drift = np.array([mcfg.regimes[n].drift for n in names])
+    vol = np.array([mcfg.regimes[n].vol for n in names])
+    jump_rate = np.array([mcfg.regimes[n].jump_rate for n in names])
+    jump_size = np.array([mcfg.regimes[n].jump_size for n in names])
+    leave = np.array([min(1.0, mcfg.step_s / mcfg.regimes[n].mean_duration_s) for n in names])
+    trans = np.zeros((len(names), len(names)))
+    for i, n in enumerate(names):
+        row = mcfg.regimes[n].next or {m: 1.0 for m in names if m != n}
+        for m, w in row.items():
+            trans[i, ridx[m]] = w
+        trans[i] /= max(trans[i].sum(), 1e-12)
+    forced = {int(f.at_s * 1000 // step_ms): ridx[f.regime] for f in mcfg.regime_schedule}
+
+    # draws in bulk, in a fixed order, so the tape depends on (seed, scenario) alone
+    z_common = rng.standard_normal(T)
+    z_own = rng.standard_normal((T, A))
+    u_leave = rng.random(T)
+    u_next = rng.random(T)
+    u_jump = rng.random((T, A))
+    z_gas = rng.standard_normal(T)
+
+    regime = np.empty(T, dtype=np.int16)
+    r = ridx[mcfg.initial_regime]
+    for t in range(T):
+        if t in forced:
+            r = forced[t]
+        elif t > 0 and u_leave[t] < leave[r]:
+            r = int(np.searchsorted(np.cumsum(trans[r]), u_next[t], side="right"))
+            r = min(r, len(names) - 1)
+        regime[t] = r
+
+    beta = np.array([a.beta for a in mcfg.assets])
+    stable = np.array([a.stable for a in mcfg.assets])
+    rho = mcfg.correlation
+    shock = np.sqrt(rho) * z_common[:, None] + np.sqrt(1 - rho) * z_own
+    logret = drift[regime][:, None] * beta + vol[regime][:, None] * np.where(stable, 0.02, beta) * shock
+    jumps = (u_jump < jump_rate[regime][:, None]) * jump_size[regime][:, None] * beta
+    logret += np.where(stable, 0.0, jumps)
+    logret[0] = 0.0
+
+    gas = mcfg.gas.base_gwei * np.exp(mcfg.gas.vol * z_gas)
+    tvl_scale = np.ones((T, A))
+
+    events: list[MarketEvent] = []
+    for ev in mcfg.events:
+        a = -1 if ev.asset is None else [x.name for x in mcfg.assets].index(ev.asset)
+        t0 = int(ev.at_s * 1000 // step_ms)
+        n_steps = max(1, int(ev.duration_s * 1000 // step_ms))
+        sl = slice(t0, min(T, t0 + n_steps))
+        if ev.impact:
+            per = ev.impact / n_steps
+            if a >= 0:
+                logret[sl, a] += per
+            else:
+                logret[sl, :] += per * np.where(stable, 0.0, beta)
+        if ev.kind == "gas_spike":
+            gas[sl] *= ev.gas_multiplier
+        if ev.kind in ("exploit", "rug_pull") and a >= 0:
+            tvl_scale[t0:, a] *= 1.0 - min(0.95, abs(ev.impact))
+        if ev.kind == "depeg" and a >= 0 and ev.recover:
+            end = min(T, t0 + 2 * n_steps)
+            logret[sl.stop:end, a] -= ev.impact / max(1, end - sl.stop)
+        events.append(MarketEvent(
+            time_ms=t0 * step_ms, kind=ev.kind, asset=a, severity=SEVERITIES.index(ev.severity),
+            impact=ev.impact, duration_ms=n_steps * step_ms, tokens=ev.tokens or EVENT_TOKENS.get(ev.kind, ev.kind),
+            detect_lag_ms=int(ev.detect_lag_s * 1000), detect_jitter_ms=int(ev.detect_jitter_s * 1000),
+            early_detectors=tuple(ev.early_detectors)))
+
+    p0 = np.array([a.price for a in mcfg.assets])
+    close = p0 * np.exp(np.cumsum(logret, axis=0))
+    opn = np.vstack([p0[None, :], close[:-1]])
+    intra = np.abs(vol[regime])[:, None] * 0.5 * np.abs(z_own)
+    high = np.maximum(opn, close) * np.exp(intra)
+    low = np.minimum(opn, close) * np.exp(-intra)
+    volume = np.abs(logret) * 1e6 + 1e4
+    tvl = np.array([a.tvl for a in mcfg.assets])[None, :] * tvl_scale
+    return Tape(time_ms=np.arange(T, dtype=np.int64) * step_ms, bar_ms=0,
+                assets=tuple(a.name for a in mcfg.assets), protocols=tuple(a.protocol for a in mcfg.assets),
+                open=opn, high=high, low=low, close=close, volume=volume, tvl=tvl, gas=gas,
+                funding=np.full(T, np.nan), regime=regime, regime_names=names, events=events)
+
+
+def probe_severity(tape: Tape, seed: int, golem_ids: np.ndarray, assets: np.ndarray, now_ms: int):
+    """Per Golem: (max severity seen now on its asset or market-wide, kinds seen, tokens seen).
+
+    An event is visible to a Golem from time + its detect lag for the event's duration. Kinds and
+    tokens are returned as lists of tuples (one per Golem) for the reflex lane and segmentation.
+    """
+    n = golem_ids.size
+    sev = np.zeros(n, dtype=np.int8)
+    seen: list[list[int]] = [[] for _ in range(n)]
+    for ei, ev in enumerate(tape.events):
+        if now_ms < ev.time_ms or now_ms > ev.time_ms + ev.duration_ms + ev.detect_lag_ms + ev.detect_jitter_ms:
+            continue
+        for i in range(n):
+            if ev.asset >= 0 and assets[i] != ev.asset:
+                continue
+            lag = ev.lag_for(seed, int(golem_ids[i]), ei)
+            if ev.time_ms + lag <= now_ms <= ev.time_ms + lag + ev.duration_ms:
+                seen[i].append(ei)
+                sev[i] = max(sev[i], ev.severity)
+    return sev, seen

@@ -1,0 +1,860 @@
+"""Tapes: recorded market data, imported from real OHLCV bars (SPEC §12, §13).
+
+A tape is what the market process replays instead of a generator: one row per bar with the bar's
+OPEN time, so that a Golem acting at ``time_ms`` can only see bars that have already opened and
+nothing that happens later (no look-ahead).  Importing is strict on purpose: a silently repaired
+price series would bias every run that replays it, so every defect is a :class:`TapeError` that
+names the file, the row and what was expected, and nothing else escapes (a run driver can catch
+one exception type and show the message to the researcher).
+
+Tape schema (exact column order and dtypes, see :data:`TAPE_SCHEMA`)::
+
+    time_ms Int64   bar open time, ms since the epoch, UTC
+    bar_ms  Int64   bar length in ms (the median spacing of the file, the same on every row)
+    asset   Utf8
+    open, high, low, close, volume            Float64
+    gas, tvl, funding_rate                    Float64, null where absent
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+try:  # polars raises Rust panics as PanicException, which derives from BaseException
+    from polars.exceptions import PanicException as _PanicException
+except ImportError:  # pragma: no cover - very old polars
+    _PanicException = Exception
+
+__all__ = [
+    "TAPE_SCHEMA",
+    "EVENT_SCHEMA",
+    "ExtraSeries",
+    "TapeError",
+    "detect_events",
+    "import_tape",
+    "read_tape",
+    "write_tape",
+]
+
+TAPE_SCHEMA: dict[str, pl.DataType] = {
+    "time_ms": pl.Int64,
+    "bar_ms": pl.Int64,
+    "asset": pl.String,
+    "open": pl.Float64,
+    "high": pl.Float64,
+    "low": pl.Float64,
+    "close": pl.Float64,
+    "volume": pl.Float64,
+    "gas": pl.Float64,
+    "tvl": pl.Float64,
+    "funding_rate": pl.Float64,
+}
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "time_ms": pl.Int64,
+    "asset": pl.String,
+    "kind": pl.String,
+    "severity": pl.String,
+    "tokens": pl.String,
+    "magnitude": pl.Float64,
+}
+
+PRICE_COLUMNS = ("open", "high", "low", "close")
+EXTRA_NAMES = ("gas", "tvl", "funding_rate")
+_CANONICAL = (*PRICE_COLUMNS, "volume", *EXTRA_NAMES)
+_ORDERS = ("strict", "sort", "dedupe")
+# unit -> (multiply, floor-divide) to reach milliseconds
+_TIME_UNITS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
+# year 1 .. year 9999: keeps every time printable in messages and far from Int64 overflow
+_MIN_MS = -62_135_596_800_000
+_MAX_MS = 253_402_300_799_999
+_FORMATS = {
+    "csv": "csv", "tsv": "csv", "txt": "csv",
+    "parquet": "parquet", "pq": "parquet",
+    "json": "json", "jsonl": "json", "ndjson": "json",
+}
+# candidate formats for automatic time parsing, tried in order on normalised strings
+# ('T' separator -> space, trailing 'Z'/'UTC' -> '+00:00'); '%.f' also matches no fraction
+_AUTO_TIME_FORMATS = (
+    "%Y-%m-%d %H:%M:%S%.f",
+    "%Y-%m-%d %H:%M:%S%.f%:z",
+    "%Y-%m-%d %H:%M:%S%.f%z",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%d %H:%M%:z",
+    "%Y-%m-%d",
+    "%Y/%m/%d %H:%M:%S%.f",
+    "%Y/%m/%d %H:%M",
+    "%Y/%m/%d",
+)
+_ISO_HINT = (
+    "an ISO-like date-time such as '2017-08-17 04:00:00' or '2019-09-10T08:00:00.000Z' "
+    "(or pass time_format=..., or time_unit='s'|'ms'|'us'|'ns' for epoch numbers)"
+)
+_VOL_SPIKE_MULT = 4.0
+_HIGH_VOLUME_MULT = 3.0
+
+
+class TapeError(ValueError):
+    """The one documented error type: bad tape input.
+
+    The message names the file, the row (1-based data row, or the timestamp) and what was
+    expected, so a researcher can fix the data without reading a traceback.
+    """
+
+
+@dataclass(frozen=True)
+class ExtraSeries:
+    """A side series (gas, TVL or funding rate) kept in its own file and joined onto the bars.
+
+    It is joined as-of backward on time: each bar gets the last value known at or before its open
+    time (never a later one, so no look-ahead), and null before the series' first value.
+    """
+
+    path: str | Path
+    column: str
+    name: str
+    time_col: str = "timestamp"
+    time_format: str | None = None
+    time_unit: str | None = None
+    sep: str = ","
+
+    def __post_init__(self) -> None:
+        if self.name not in EXTRA_NAMES:
+            raise TapeError(
+                f"{self.path}: extra series name {self.name!r} is not allowed; "
+                f"expected one of {', '.join(EXTRA_NAMES)}"
+            )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _fmt_ms(ms: int) -> str:
+    """Render epoch ms as a UTC time for messages (falls back to the raw number)."""
+    try:
+        dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+        return dt.strftime("%Y-%m-%d %H:%M:%S") + (f".{ms % 1000:03d}" if ms % 1000 else "") + " UTC"
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+
+
+def _first_true(mask: pl.Series) -> int | None:
+    """Index of the first True in a boolean mask (nulls count as False), or None."""
+    idx = mask.fill_null(False).arg_true()
+    return int(idx[0]) if len(idx) else None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first[:200]}"
+
+
+def _resolve_format(path: Path, fmt: str | None) -> str:
+    if fmt is not None:
+        key = str(fmt).lower()
+        if key not in ("csv", "parquet", "json"):
+            raise TapeError(f"{path}: unknown fmt {fmt!r}; expected 'csv', 'parquet' or 'json'")
+        return key
+    ext = path.suffix.lower().lstrip(".")
+    if ext not in _FORMATS:
+        raise TapeError(
+            f"{path}: cannot tell the format from the extension {path.suffix!r}; expected "
+            ".csv, .parquet or .json/.jsonl (or pass fmt='csv'|'parquet'|'json')"
+        )
+    return _FORMATS[ext]
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TapeError(f"{path}: cannot open the file ({_short(exc)}); expected a readable file") from exc
+    if not data.strip():
+        raise TapeError(f"{path}: row 1: the file is empty; expected a header and at least one data row")
+    return data
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TapeError(f"{path}: line {line}: bytes are not valid UTF-8; expected UTF-8 text") from exc
+    return text.lstrip("\ufeff")
+
+
+def _read_csv(path: Path, data: bytes, sep: str) -> pl.DataFrame:
+    if not isinstance(sep, str) or len(sep.encode("utf-8")) != 1 or sep in "\r\n\"":
+        raise TapeError(f"{path}: separator {sep!r} is not usable; expected a single one-byte character")
+    text = _decode(path, data)
+    try:
+        # everything as text: type inference on the first rows would misreport later rows
+        return pl.read_csv(
+            io.BytesIO(text.encode("utf-8")), separator=sep, infer_schema=False, has_header=True,
+        )
+    except pl.exceptions.NoDataError as exc:
+        raise TapeError(f"{path}: row 1: the file is empty; expected a header and at least one data row") from exc
+    except (Exception, _PanicException) as exc:
+        raise TapeError(f"{path}: {_csv_diagnosis(text, sep)} ({_short(exc)})") from exc
+
+
+def _csv_diagnosis(text: str, sep: str) -> str:
+    """Find the row polars choked on (usually a row with too many fields) for the message."""
+    try:
+        rows = csv.reader(io.StringIO(text), delimiter=sep)
+        header = next(rows)
+        for n, row in enumerate(rows, start=1):
+            if len(row) > len(header):
+                return (f"row {n}: {len(row)} fields; expected at most {len(header)} "
+                        f"(the header has {len(header)})")
+    except (csv.Error, StopIteration, ValueError) as exc:
+        return f"not parseable as CSV ({_short(exc)}); expected a CSV file with a header row"
+    return "not parseable as CSV; expected a CSV file with a header row"
+
+
+def _json_cell(value: Any) -> str | None:
+    # numbers become their exact text (repr of a float round-trips), so one text parser serves all
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()  # later rejected as "not a number" / "cannot parse time"
+    if isinstance(value, (int, float, str)):
+        return str(value) if not isinstance(value, float) else repr(value)
+    return json.dumps(value)
+
+
+def _read_json(path: Path, data: bytes) -> pl.DataFrame:
+    text = _decode(path, data)
+    records: list[tuple[int, Any]]
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        doc = None
+        records = []
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((len(records) + 1, json.loads(line)))
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise TapeError(
+                    f"{path}: row {len(records) + 1} (line {lineno}): not valid JSON ({_short(exc)}); "
+                    "expected a JSON array of objects or one JSON object per line"
+                ) from exc
+    else:
+        if isinstance(doc, list):
+            records = list(enumerate(doc, start=1))
+        else:
+            records = [(1, doc)]
+    if not records:
+        raise TapeError(f"{path}: row 1: no records; expected a JSON array of objects or JSON lines")
+    names: dict[str, None] = {}
+    clean: list[dict[str, Any]] = []
+    for n, rec in records:
+        if not isinstance(rec, dict):
+            raise TapeError(
+                f"{path}: row {n}: found {type(rec).__name__}; expected a JSON object (one bar)"
+            )
+        rec = {str(k).strip(): v for k, v in rec.items()}
+        names.update(dict.fromkeys(rec))
+        clean.append(rec)
+    cols = [
+        pl.Series(name, [_json_cell(rec.get(name)) for rec in clean], dtype=pl.String)
+        for name in names
+    ]
+    return pl.DataFrame(cols)
+
+
+def _read_raw(path: Path, fmt: str | None, sep: str) -> pl.DataFrame:
+    """Read one file into a frame of raw columns (names stripped of whitespace and BOM)."""
+    kind = _resolve_format(path, fmt)
+    data = _read_bytes(path)
+    if kind == "csv":
+        df = _read_csv(path, data, sep)
+    elif kind == "json":
+        df = _read_json(path, data)
+    else:
+        try:
+            df = pl.read_parquet(io.BytesIO(data))
+        except (Exception, _PanicException) as exc:
+            raise TapeError(f"{path}: not a readable Parquet file ({_short(exc)}); expected Parquet") from exc
+    stripped = [c.strip().lstrip("\ufeff").strip() for c in df.columns]
+    if len(set(stripped)) == len(stripped):
+        df = df.rename(dict(zip(df.columns, stripped)))
+    if df.width == 0 or df.height == 0:
+        raise TapeError(f"{path}: row 1: no data rows; expected a header and at least one data row")
+    return df
+
+
+def _find_column(df: pl.DataFrame, name: str, explicit: bool) -> str | None:
+    """Exact name, else (for default names only) a unique case-insensitive match."""
+    if name in df.columns:
+        return name
+    if explicit:
+        stripped = name.strip()
+        return stripped if stripped in df.columns else None
+    matches = [c for c in df.columns if c.lower() == name.lower()]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _missing(path: Path, what: str, wanted: str, df: pl.DataFrame, expected: list[str]) -> TapeError:
+    return TapeError(
+        f"{path}: header: missing required column {wanted!r} ({what}); expected columns "
+        f"{', '.join(repr(e) for e in expected)}; found columns {', '.join(repr(c) for c in df.columns)}"
+    )
+
+
+def _parse_float(col: pl.Series, path: Path, label: str) -> pl.Series:
+    """Column -> Float64, naming the first row whose text is not a number."""
+    dtype = col.dtype
+    if dtype == pl.String:
+        text = col.str.strip_chars()
+        out = text.cast(pl.Float64, strict=False)
+        bad = _first_true(text.is_not_null() & (text != "") & out.is_null())
+        if bad is not None:
+            raise TapeError(
+                f"{path}: row {bad + 1}: {label} value {text[bad]!r} is not a number; expected a number"
+            )
+        return out
+    if dtype.is_numeric() and dtype != pl.Boolean:
+        return col.cast(pl.Float64)
+    if dtype == pl.Null:
+        return col.cast(pl.Float64)
+    raise TapeError(f"{path}: row 1: {label} has type {dtype}; expected numbers")
+
+
+def _check_numbers(values: pl.Series, rows: pl.Series, path: Path | str, label: str, *,
+                   allow_null: bool, minimum: str) -> None:
+    """Reject null (unless allowed), NaN, inf and values below the minimum.
+
+    minimum: 'positive' (prices), 'nonnegative' (volume, gas, TVL) or 'any' (funding rate).
+    """
+    what = {"positive": "a finite positive number", "nonnegative": "a finite number >= 0",
+            "any": "a finite number"}[minimum]
+    checks = []
+    if not allow_null:
+        checks.append((values.is_null(), "is missing (null)"))
+    checks.append((values.is_nan(), "is NaN"))
+    checks.append((values.is_infinite(), "is infinite"))
+    if minimum == "positive":
+        checks.append((values <= 0, "is not positive"))
+    elif minimum == "nonnegative":
+        checks.append((values < 0, "is negative"))
+    for mask, problem in checks:
+        bad = _first_true(mask)
+        if bad is not None:
+            raise TapeError(
+                f"{path}: row {rows[bad]}: {label} {problem} (value {values[bad]}); expected {what}"
+            )
+
+
+def _normalise_time_text(text: pl.Series) -> pl.Series:
+    text = text.str.strip_chars()
+    text = text.str.replace(r"^(\d{4}[-/]\d{1,2}[-/]\d{1,2})[T ]+", "${1} ")
+    return text.str.replace(r"\s*(?:Z|z|UTC|GMT)$", "+00:00")
+
+
+def _epoch_ms_from_text(text: pl.Series, time_format: str | None, path: Path, label: str) -> pl.Series:
+    if time_format is not None:
+        try:
+            parsed = text.str.strip_chars().str.to_datetime(time_format, strict=False, time_unit="us")
+        except (Exception, _PanicException) as exc:
+            raise TapeError(
+                f"{path}: time_format {time_format!r} for {label} is not usable ({_short(exc)}); "
+                "expected a strptime format such as '%Y-%m-%d %H:%M:%S'"
+            ) from exc
+        return parsed.dt.epoch("ms")
+    norm = _normalise_time_text(text)
+    candidates = []
+    for f in _AUTO_TIME_FORMATS:
+        parsed = norm.str.to_datetime(f, strict=False, time_unit="us")
+        candidates.append(parsed.dt.epoch("ms"))
+    return pl.select(pl.coalesce([pl.lit(c) for c in candidates])).to_series()
+
+
+def _epoch_ms_from_numbers(num: pl.Series, ints: pl.Series | None, unit: str) -> pl.Series:
+    mul, div = _TIME_UNITS[unit]
+    ms_f = (num * mul / div).floor()
+    in_range = ms_f.is_not_nan() & (ms_f >= _MIN_MS) & (ms_f <= _MAX_MS)
+    exact = None
+    if ints is not None:
+        safe = ints.is_not_null() & in_range
+        exact = pl.select(
+            pl.when(pl.lit(safe)).then(pl.lit(ints) * mul // div).otherwise(None)
+        ).to_series()
+    approx = pl.select(
+        pl.when(pl.lit(in_range)).then(pl.lit(ms_f)).otherwise(None).cast(pl.Int64)
+    ).to_series()
+    if exact is None:
+        return approx
+    return pl.select(pl.coalesce([pl.lit(exact), pl.lit(approx)])).to_series()
+
+
+def _parse_time(col: pl.Series, path: Path, label: str, time_format: str | None,
+                time_unit: str | None) -> pl.Series:
+    """Time column -> Int64 ms since the epoch, UTC; naive times are taken as UTC."""
+    if time_unit is not None and time_unit not in _TIME_UNITS:
+        raise TapeError(f"{path}: time_unit {time_unit!r} for {label}; expected one of s, ms, us, ns")
+    dtype = col.dtype
+    if isinstance(dtype, pl.Datetime):
+        ms = col.dt.epoch("ms")
+        expected = "a date-time"
+    elif dtype == pl.Date:
+        ms = col.cast(pl.Datetime("ms")).dt.epoch("ms")
+        expected = "a date"
+    elif dtype.is_numeric() and dtype != pl.Boolean:
+        if time_unit is None:
+            raise TapeError(
+                f"{path}: row 1: {label} holds numbers ({col[0]!r}); expected time_unit='s'|'ms'|'us'|'ns' "
+                "to say what they count"
+            )
+        ints = col.cast(pl.Int64) if dtype.is_integer() else None
+        ms = _epoch_ms_from_numbers(col.cast(pl.Float64), ints, time_unit)
+        expected = f"a finite number of {time_unit} since 1970-01-01 UTC, within years 1..9999"
+    elif dtype == pl.String:
+        if time_unit is not None:
+            text = col.str.strip_chars()
+            ints = text.cast(pl.Int64, strict=False)
+            ms = _epoch_ms_from_numbers(text.cast(pl.Float64, strict=False), ints, time_unit)
+            expected = f"a number of {time_unit} since 1970-01-01 UTC, within years 1..9999"
+        else:
+            ms = _epoch_ms_from_text(col, time_format, path, label)
+            expected = f"format {time_format!r}" if time_format is not None else _ISO_HINT
+    else:
+        raise TapeError(f"{path}: row 1: {label} has type {dtype}; expected date-times, text or numbers")
+    missing = _first_true(col.is_null())
+    if missing is not None:
+        raise TapeError(f"{path}: row {missing + 1}: {label} is missing; expected {expected}")
+    if dtype == pl.String:
+        blank = _first_true(col.str.strip_chars() == "")
+        if blank is not None:
+            raise TapeError(f"{path}: row {blank + 1}: {label} is empty; expected {expected}")
+    bad = _first_true(ms.is_null() | (ms < _MIN_MS) | (ms > _MAX_MS))
+    if bad is not None:
+        hint = ""
+        if dtype == pl.String and time_unit is None and time_format is None:
+            if col.str.strip_chars().cast(pl.Float64, strict=False)[bad] is not None:
+                hint = " (it looks like an epoch number: pass time_unit='s'|'ms'|'us'|'ns')"
+        raise TapeError(
+            f"{path}: row {bad + 1}: cannot parse {label} value {col[bad]!r}{hint}; expected {expected}"
+        )
+    return ms.cast(pl.Int64)
+
+
+def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str, time_format: str | None,
+               time_unit: str | None, columns: dict[str, str]) -> pl.DataFrame:
+    """One bar file -> validated frame (time_ms, prices, volume, present extras, _row)."""
+    df = _read_raw(path, fmt, sep)
+    expected = [time_col, *(columns.get(c, c) for c in PRICE_COLUMNS)]
+    tcol = _find_column(df, time_col, explicit=False)
+    if tcol is None:
+        raise _missing(path, "time", time_col, df, expected)
+    rows = pl.Series("_row", range(1, df.height + 1), dtype=pl.Int64)
+    out: dict[str, pl.Series] = {
+        "time_ms": _parse_time(df[tcol], path, f"time column {tcol!r}", time_format, time_unit)
+    }
+    for canon in _CANONICAL:
+        explicit = canon in columns
+        src = _find_column(df, columns.get(canon, canon), explicit)
+        if src is None:
+            if canon in PRICE_COLUMNS:
+                raise _missing(path, canon, columns.get(canon, canon), df, expected)
+            if explicit:
+                raise _missing(path, canon, columns[canon], df, expected)
+            continue
+        values = _parse_float(df[src], path, f"{canon} (column {src!r})")
+        label = f"{canon} (column {src!r})"
+        if canon in PRICE_COLUMNS:
+            _check_numbers(values, rows, path, label, allow_null=False, minimum="positive")
+        elif canon == "volume":
+            _check_numbers(values, rows, path, label, allow_null=True, minimum="nonnegative")
+            values = values.fill_null(0.0)  # a missing volume is "no volume recorded"
+        else:
+            _check_numbers(values, rows, path, label, allow_null=True,
+                           minimum="any" if canon == "funding_rate" else "nonnegative")
+        out[canon] = values.alias(canon)
+    if "volume" not in out:
+        out["volume"] = pl.Series("volume", [0.0] * df.height, dtype=pl.Float64)
+    bad = _first_true(out["high"] < out["low"])
+    if bad is not None:
+        raise TapeError(
+            f"{path}: row {bad + 1}: high {out['high'][bad]} < low {out['low'][bad]}; expected high >= low"
+        )
+    frame = pl.DataFrame([s.alias(name) for name, s in out.items()])
+    return frame.with_columns(rows)
+
+
+def _apply_order(df: pl.DataFrame, order: str, names: list[str], what: str) -> pl.DataFrame:
+    """Enforce the `order` policy; df carries _file (index into names) and _row."""
+    if order != "strict":
+        df = df.sort("time_ms", maintain_order=True)  # stable: equal times keep input order
+        if order == "dedupe":
+            df = df.unique(subset="time_ms", keep="last", maintain_order=True)
+    t = df["time_ms"]
+    diff = t.diff()
+    bad = _first_true(diff <= 0)
+    if bad is None:
+        return df
+
+    def where(i: int) -> str:
+        return f"{names[df['_file'][i]]}: row {df['_row'][i]}"
+
+    cur, prev = t[bad], t[bad - 1]
+    if cur == prev:
+        fix = "use order='dedupe' to keep the last bar of each timestamp" if order == "sort" else \
+            "use order='sort' to sort, or order='dedupe' to also drop duplicates keeping the last"
+        raise TapeError(
+            f"{where(bad)}: duplicate {what} timestamp {_fmt_ms(cur)} (also {where(bad - 1)}); "
+            f"expected one bar per timestamp ({fix})"
+        )
+    raise TapeError(
+        f"{where(bad)}: {what} timestamp {_fmt_ms(cur)} is earlier than the previous row's "
+        f"{_fmt_ms(prev)} ({where(bad - 1)}); expected strictly increasing times "
+        "(use order='sort' or order='dedupe')"
+    )
+
+
+def _load_extra(extra: ExtraSeries, order: str) -> pl.DataFrame:
+    path = Path(extra.path)
+    df = _read_raw(path, None, extra.sep)
+    tcol = _find_column(df, extra.time_col, explicit=False)
+    if tcol is None:
+        raise _missing(path, "time", extra.time_col, df, [extra.time_col, extra.column])
+    vcol = _find_column(df, extra.column, explicit=True)
+    if vcol is None:
+        raise _missing(path, extra.name, extra.column, df, [extra.time_col, extra.column])
+    rows = pl.Series("_row", range(1, df.height + 1), dtype=pl.Int64)
+    time_ms = _parse_time(df[tcol], path, f"time column {tcol!r}", extra.time_format, extra.time_unit)
+    label = f"{extra.name} (column {vcol!r})"
+    values = _parse_float(df[vcol], path, label)
+    _check_numbers(values, rows, path, label, allow_null=False,
+                   minimum="any" if extra.name == "funding_rate" else "nonnegative")
+    frame = pl.DataFrame([time_ms.alias("time_ms"), values.alias(extra.name), rows]).with_columns(
+        pl.lit(0, dtype=pl.Int64).alias("_file")
+    )
+    frame = _apply_order(frame, order, [str(path)], extra.name)
+    return frame.select("time_ms", extra.name)
+
+
+def _guarded(where: str, fn, *args, **kwargs):
+    """Run fn, turning any unexpected exception into a TapeError that names the file."""
+    try:
+        return fn(*args, **kwargs)
+    except TapeError:
+        raise
+    except (Exception, _PanicException) as exc:  # noqa: BLE001 - the documented contract
+        raise TapeError(f"{where}: cannot import ({_short(exc)}); expected a valid tape file") from exc
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def import_tape(
+    paths: list[str | Path] | str | Path,
+    *,
+    asset: str = "BTC",
+    time_col: str = "timestamp",
+    time_format: str | None = None,
+    time_unit: str | None = None,
+    columns: dict[str, str] | None = None,
+    sep: str = ",",
+    order: str = "strict",
+    extras: list[ExtraSeries] | None = None,
+    fmt: str | None = None,
+) -> pl.DataFrame:
+    """Import OHLCV bar files (CSV, Parquet, JSON array or JSON lines) as one tape.
+
+    Files are concatenated in the given order (e.g. one file per year).  ``columns`` maps canonical
+    names (open, high, low, close, volume, and optionally gas, tvl, funding_rate) to the file's
+    column names; by default a column is found by its canonical name, case-insensitively.  Volume
+    is optional (0 when the column is missing or a value is empty).  Times are bar OPEN times in
+    UTC: text parsed with ``time_format`` (strptime) or ISO-like automatically, or numbers counted
+    in ``time_unit`` (s|ms|us|ns).  ``order``: 'strict' rejects unsorted or duplicate times,
+    'sort' sorts them (duplicates still rejected), 'dedupe' sorts and keeps the last bar of each
+    duplicate timestamp (last in file order); the same policy applies to each extra series.
+    ``bar_ms`` is the lower median spacing of the bars, so it is always an observed spacing and
+    gaps (exchange outages) do not distort it.  Extra series are joined as-of backward (see
+    :class:`ExtraSeries`).  Every defect raises :class:`TapeError`; no other exception escapes.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    try:
+        paths = [Path(p) for p in paths]
+    except TypeError as exc:
+        raise TapeError(f"paths {paths!r}: expected a list of file paths") from exc
+    if not paths:
+        raise TapeError("no files given; expected at least one tape file")
+    where_all = ", ".join(str(p) for p in paths)
+    if order not in _ORDERS:
+        raise TapeError(f"{where_all}: order={order!r}; expected one of {', '.join(_ORDERS)}")
+    if not isinstance(asset, str) or not asset.strip():
+        raise TapeError(f"{where_all}: asset={asset!r}; expected a non-empty name")
+    columns = dict(columns or {})
+    unknown = sorted(set(columns) - set(_CANONICAL))
+    if unknown:
+        raise TapeError(
+            f"{where_all}: columns maps unknown names {unknown}; expected keys among {', '.join(_CANONICAL)}"
+        )
+    extras = list(extras or [])
+    seen = [e.name for e in extras]
+    if len(set(seen)) != len(seen):
+        raise TapeError(f"{where_all}: extra series named twice ({seen}); expected each of gas/tvl/funding_rate once")
+
+    frames = []
+    for i, path in enumerate(paths):
+        frame = _guarded(str(path), _load_bars, path, fmt=fmt, sep=sep, time_col=time_col,
+                         time_format=time_format, time_unit=time_unit, columns=columns)
+        frames.append(frame.with_columns(pl.lit(i, dtype=pl.Int64).alias("_file")))
+
+    def combine() -> pl.DataFrame:
+        names = [str(p) for p in paths]
+        df = pl.concat(frames, how="diagonal")
+        df = _apply_order(df, order, names, "bar")
+        if df.height < 2:
+            raise TapeError(
+                f"{names[df['_file'][0]]}: row {df['_row'][0]}: only one bar; expected at least two "
+                "bars so the bar length can be inferred"
+            )
+        spacing = df["time_ms"].diff().drop_nulls().sort()
+        bar_ms = int(spacing[(len(spacing) - 1) // 2])
+        for extra in extras:
+            if extra.name in df.columns:
+                raise TapeError(
+                    f"{extra.path}: {extra.name} is given both as a column of the bar file(s) and as an "
+                    "extra series; expected one source"
+                )
+            side = _guarded(str(extra.path), _load_extra, extra, order)
+            df = df.join_asof(side, on="time_ms", strategy="backward")
+        return df.select(
+            pl.col("time_ms").cast(pl.Int64),
+            pl.lit(bar_ms, dtype=pl.Int64).alias("bar_ms"),
+            pl.lit(asset, dtype=pl.String).alias("asset"),
+            *[
+                (pl.col(c) if c in df.columns else pl.lit(None)).cast(pl.Float64).alias(c)
+                for c in (*PRICE_COLUMNS, "volume", *EXTRA_NAMES)
+            ],
+        )
+
+    return _guarded(where_all, combine)
+
+
+def _check_tape(df: Any, where: str) -> None:
+    """Validate a tape frame: exact schema, no missing values, sane prices, increasing times."""
+    if not isinstance(df, pl.DataFrame):
+        raise TapeError(f"{where}: got {type(df).__name__}; expected a polars DataFrame tape")
+    if df.columns != list(TAPE_SCHEMA):
+        raise TapeError(
+            f"{where}: header: columns {df.columns}; expected exactly {list(TAPE_SCHEMA)} in this order"
+        )
+    for name, dtype in TAPE_SCHEMA.items():
+        if df.schema[name] != dtype:
+            raise TapeError(f"{where}: header: column {name!r} has type {df.schema[name]}; expected {dtype}")
+    if df.height == 0:
+        raise TapeError(f"{where}: row 1: the tape has no rows; expected at least one bar")
+    rows = pl.Series("_row", range(1, df.height + 1), dtype=pl.Int64)
+    for name in ("time_ms", "bar_ms", "asset"):
+        bad = _first_true(df[name].is_null())
+        if bad is not None:
+            raise TapeError(f"{where}: row {bad + 1}: {name} is missing; expected a value")
+    bad = _first_true(df["bar_ms"] <= 0)
+    if bad is not None:
+        raise TapeError(f"{where}: row {bad + 1}: bar_ms {df['bar_ms'][bad]}; expected a positive length")
+    for name in PRICE_COLUMNS:
+        _check_numbers(df[name], rows, where, name, allow_null=False, minimum="positive")
+    _check_numbers(df["volume"], rows, where, "volume", allow_null=False, minimum="nonnegative")
+    for name in EXTRA_NAMES:
+        _check_numbers(df[name], rows, where, name, allow_null=True,
+                       minimum="any" if name == "funding_rate" else "nonnegative")
+    bad = _first_true(df["high"] < df["low"])
+    if bad is not None:
+        raise TapeError(f"{where}: row {bad + 1}: high < low; expected high >= low")
+    step = df.select(
+        (pl.col("time_ms").diff().over("asset") <= 0).alias("bad")
+    )["bad"]
+    bad = _first_true(step)
+    if bad is not None:
+        raise TapeError(
+            f"{where}: row {bad + 1}: time {_fmt_ms(df['time_ms'][bad])} is not after the previous bar of "
+            f"{df['asset'][bad]!r}; expected strictly increasing times per asset"
+        )
+
+
+def write_tape(df: pl.DataFrame, out_path: str | Path) -> None:
+    """Write a validated tape as Parquet with deterministic bytes (same input -> same file).
+
+    Fixed compression, statistics and row-group size make the bytes a function of the data and
+    the library versions only, so the run manifest can hash the tape (SPEC §13).  The file is
+    written beside the target and renamed into place, so a crash never leaves half a tape.
+    """
+    out = Path(out_path)
+    _check_tape(df, str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            df.write_parquet(fh, compression="zstd", compression_level=3, statistics=True,
+                             row_group_size=65_536)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_tape(path: str | Path) -> pl.DataFrame:
+    """Read a tape written by :func:`write_tape`, validating schema and values (TapeError)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TapeError(f"{p}: cannot open the tape ({_short(exc)}); expected a Parquet tape file") from exc
+    try:
+        df = pl.read_parquet(io.BytesIO(data))
+    except (Exception, _PanicException) as exc:
+        raise TapeError(f"{p}: not a readable Parquet file ({_short(exc)}); expected a Parquet tape") from exc
+    _guarded(str(p), _check_tape, df, str(p))
+    return df
+
+
+# --------------------------------------------------------------------------- events
+
+
+def _prior_median(expr: pl.Expr, window: int) -> pl.Expr:
+    """Median of the previous `window` bars (the current bar excluded, so a spike cannot hide
+    itself in its own baseline; needs `window` known values, else null = no detection)."""
+    return expr.shift(1).rolling_median(window_size=window, min_samples=window)
+
+
+def detect_events(
+    tape: pl.DataFrame,
+    *,
+    crash_return: float = -0.05,
+    crash_high: float = -0.10,
+    gas_spike_mult: float = 3.0,
+    funding_abs: float = 0.001,
+    vol_window: int = 12,
+) -> pl.DataFrame:
+    """Find market events in a tape: one row per event, for probes and for analysis.
+
+    Each detector looks only at the bar itself and bars before it (no look-ahead), per asset.
+    With r = close/open - 1 (the bar's return) and w = low/open - 1 (its low wick):
+
+    * ``crash-bar``: r <= crash_return.  Severity ``high`` if r <= crash_high or the low wick
+      w <= crash_high (token ``deep-wick``), else ``medium``.  magnitude = r.
+    * ``crash-wick``: w <= crash_return but r > crash_return — a flash crash that recovered within
+      the bar (liquidations happen on wicks).  ``high`` if w <= crash_high, else ``medium``.
+      magnitude = w.
+    * ``pump-bar``: r >= -crash_return (the symmetric up move).  Severity ``low``.  magnitude = r.
+    * ``gas-spike`` (only where gas is known): gas > gas_spike_mult x the median gas of the
+      previous vol_window bars.  ``high`` above 2 x gas_spike_mult, else ``medium``.
+      magnitude = gas / median.
+    * ``funding-extreme``: |funding_rate| >= funding_abs, on the bar where that value appears
+      (a new value, or the first bar after a non-extreme one), so an 8 h print joined onto 2 h bars
+      fires once.  ``high`` if |funding_rate| >= 3 x funding_abs, else ``medium``.
+      magnitude = funding_rate; token ``positive`` or ``negative``.
+    * ``vol-spike``: range (high - low)/open > 4 x the median range of the previous vol_window
+      bars.  Severity ``low``.  magnitude = range / median.
+
+    Bar events get the token ``high-volume`` when volume > 3 x the median volume of the previous
+    vol_window bars.  tokens = "<asset, lower-case> <kind> [qualifiers]".  Rolling medians need
+    vol_window known values, so the first vol_window bars never fire rolling detectors.  The output
+    (schema :data:`EVENT_SCHEMA`) is deterministic and sorted by (time_ms, asset, kind).
+    """
+    if not isinstance(vol_window, int) or isinstance(vol_window, bool) or vol_window < 1:
+        raise ValueError(f"vol_window={vol_window!r}; expected an integer >= 1")
+    if not (crash_return < 0 and crash_high <= crash_return):
+        raise ValueError(
+            f"crash_return={crash_return}, crash_high={crash_high}; expected crash_high <= crash_return < 0"
+        )
+    if not (gas_spike_mult > 0 and funding_abs > 0):
+        raise ValueError("gas_spike_mult and funding_abs must be positive")
+    _check_tape(tape, "tape")
+
+    r = pl.col("close") / pl.col("open") - 1.0
+    w = pl.col("low") / pl.col("open") - 1.0
+    rng = (pl.col("high") - pl.col("low")) / pl.col("open")
+    base = (
+        tape.sort("asset", "time_ms")
+        .with_columns(
+            r.alias("_r"),
+            w.alias("_w"),
+            rng.alias("_rng"),
+            pl.col("asset").str.to_lowercase().str.replace_all(r"\s+", "-").alias("_tok"),
+        )
+        .with_columns(
+            _prior_median(pl.col("_rng"), vol_window).over("asset").alias("_rng_med"),
+            _prior_median(pl.col("volume"), vol_window).over("asset").alias("_vol_med"),
+            _prior_median(pl.col("gas"), vol_window).over("asset").alias("_gas_med"),
+            pl.col("funding_rate").shift(1).over("asset").alias("_fr_prev"),
+        )
+        .with_columns(
+            ((pl.col("_vol_med") > 0) & (pl.col("volume") > _HIGH_VOLUME_MULT * pl.col("_vol_med")))
+            .fill_null(False)
+            .alias("_hv"),
+        )
+    )
+    hv = pl.when(pl.col("_hv")).then(pl.lit(" high-volume")).otherwise(pl.lit(""))
+
+    def event(mask: pl.Expr, kind: str, severity: pl.Expr, magnitude: pl.Expr,
+              qualifiers: pl.Expr) -> pl.DataFrame:
+        return base.filter(mask.fill_null(False)).select(
+            pl.col("time_ms"),
+            pl.col("asset"),
+            pl.lit(kind).alias("kind"),
+            severity.alias("severity"),
+            pl.concat_str([pl.col("_tok"), pl.lit(f" {kind}"), qualifiers]).alias("tokens"),
+            magnitude.cast(pl.Float64).alias("magnitude"),
+        )
+
+    fr = pl.col("funding_rate")
+    deep = pl.col("_w") <= crash_high
+    new_extreme = pl.col("_fr_prev").is_null() | (pl.col("_fr_prev") != fr) | (
+        pl.col("_fr_prev").abs() < funding_abs
+    )
+    parts = [
+        event(
+            pl.col("_r") <= crash_return, "crash-bar",
+            pl.when((pl.col("_r") <= crash_high) | deep).then(pl.lit("high")).otherwise(pl.lit("medium")),
+            pl.col("_r"),
+            pl.concat_str([pl.when(deep).then(pl.lit(" deep-wick")).otherwise(pl.lit("")), hv]),
+        ),
+        event(
+            (pl.col("_w") <= crash_return) & (pl.col("_r") > crash_return), "crash-wick",
+            pl.when(deep).then(pl.lit("high")).otherwise(pl.lit("medium")),
+            pl.col("_w"), hv,
+        ),
+        event(pl.col("_r") >= -crash_return, "pump-bar", pl.lit("low"), pl.col("_r"), hv),
+        event(
+            (pl.col("_gas_med") > 0) & (pl.col("gas") > gas_spike_mult * pl.col("_gas_med")), "gas-spike",
+            pl.when(pl.col("gas") > 2 * gas_spike_mult * pl.col("_gas_med"))
+            .then(pl.lit("high")).otherwise(pl.lit("medium")),
+            pl.col("gas") / pl.col("_gas_med"), pl.lit(""),
+        ),
+        event(
+            (fr.abs() >= funding_abs) & new_extreme, "funding-extreme",
+            pl.when(fr.abs() >= 3 * funding_abs).then(pl.lit("high")).otherwise(pl.lit("medium")),
+            fr,
+            pl.when(fr < 0).then(pl.lit(" negative")).otherwise(pl.lit(" positive")),
+        ),
+        event(
+            (pl.col("_rng_med") > 0) & (pl.col("_rng") > _VOL_SPIKE_MULT * pl.col("_rng_med")), "vol-spike",
+            pl.lit("low"), pl.col("_rng") / pl.col("_rng_med"), hv,
+        ),
+    ]
+    out = pl.concat(parts, how="vertical").sort("time_ms", "asset", "kind", maintain_order=True)
+    return out.select([pl.col(n).cast(t) for n, t in EVENT_SCHEMA.items()])
