@@ -186,7 +186,7 @@ class GolemGroup(_M):
     asset: str | None = None            # default: the first asset
     temperament: tuple[float, float, float] = (0.0, 0.0, 0.0)
     strategy: Literal["momentum", "mean_reversion", "hodl"] = "momentum"
-    budget: float = Field(200.0, gt=0)   # inference/gas budget (USD)
+    budget: float = Field(1000.0, gt=0)  # inference/gas budget (USD)
     capital: float = Field(10_000.0, gt=0)
     exposure: float = Field(0.5, ge=0, le=1)  # initial exposure
     interval: Any = None                # heartbeat cadence; default heartbeat.interval_s

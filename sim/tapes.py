@@ -21,9 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -236,6 +234,16 @@ def _json_cell(value: Any) -> str | None:
     return json.dumps(value)
 
 
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array"}.get(type(value), type(value).__name__)
+
+
 def _read_json(path: Path, data: bytes) -> pl.DataFrame:
     text = _decode(path, data)
     records: list[tuple[int, Any]]
@@ -266,7 +274,7 @@ def _read_json(path: Path, data: bytes) -> pl.DataFrame:
     for n, rec in records:
         if not isinstance(rec, dict):
             raise TapeError(
-                f"{path}: row {n}: found {type(rec).__name__}; expected a JSON object (one bar)"
+                f"{path}: row {n}: found JSON {_json_kind(rec)}; expected a JSON object (one bar)"
             )
         rec = {str(k).strip(): v for k, v in rec.items()}
         names.update(dict.fromkeys(rec))
@@ -418,8 +426,8 @@ def _parse_time(col: pl.Series, path: Path, label: str, time_format: str | None,
     elif dtype.is_numeric() and dtype != pl.Boolean:
         if time_unit is None:
             raise TapeError(
-                f"{path}: row 1: {label} holds numbers ({col[0]!r}); expected time_unit='s'|'ms'|'us'|'ns' "
-                "to say what they count"
+                f"{path}: row 1: {label} holds numbers (e.g. {col.drop_nulls().head(1).to_list()}); "
+                "expected time_unit='s'|'ms'|'us'|'ns' to say what they count"
             )
         ints = col.cast(pl.Int64) if dtype.is_integer() else None
         ms = _epoch_ms_from_numbers(col.cast(pl.Float64), ints, time_unit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
@@ -279,6 +280,19 @@ def test_non_utf8_missing_file_and_garbage_parquet(tmp_path):
         import_tape([q])
 
 
+def test_unexpected_internal_errors_become_tape_errors(tmp_path, monkeypatch):
+    # the contract is "only TapeError escapes", even for failures nobody anticipated
+    import sim.tapes as tapes
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("surprise")
+
+    p = write(tmp_path / "ok.csv", HEADER + GOOD1 + GOOD2)
+    monkeypatch.setattr(tapes, "_parse_time", boom)
+    with pytest.raises(TapeError, match=r"ok\.csv: .*RuntimeError: surprise"):
+        import_tape([p])
+
+
 def test_order_across_files_names_the_offending_file(tmp_path):
     a = write(tmp_path / "2021.csv", HEADER + "2021-01-01 00:00:00,1,1,1,1\n2021-01-01 01:00:00,1,1,1,1\n")
     b = write(tmp_path / "2020.csv", HEADER + "2020-01-01 00:00:00,1,1,1,1\n")
@@ -546,7 +560,6 @@ def _malformed(draw):
     n = draw(st.integers(0, 4))
     cols = draw(st.dictionaries(st.sampled_from(_NAMES[:7]),
                                 st.lists(st.floats() | st.none(), min_size=n, max_size=n), max_size=6))
-    import io
     buf = io.BytesIO()
     pl.DataFrame(cols, schema={k: pl.Float64 for k in cols}).write_parquet(buf)
     data = buf.getvalue()

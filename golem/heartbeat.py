@@ -1,0 +1,508 @@
+"""The heartbeat FSM (SPEC §5): one tick for a cohort of Golems, one function per state.
+
+SENSING -> DECIDING -> ACTING -> REFLECTING, each vectorised over the cohort; retrieval is one
+batched kernel call. The world hands in an `Observation` and gets rows out (`TickOutput`); no
+SimPy, no files. Terminal Golems pass through TERMINAL and are DEAD afterwards.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from golem import appraisal, flashbulb, mortality
+from golem import grimoire as gm
+from golem import retrieval as rt
+from golem.context import Lexicon, normalise, topic_code
+from golem.memory_writer import KINDS, Candidates, write
+from golem.population import HIST, Population
+
+STATE_TICK = "SENSING>DECIDING>ACTING>REFLECTING"
+K_PRICE, K_EVENT, K_TRADE, K_REGRET, K_DOMINANCE, K_FLASH, K_DEATH, K_INHERITED, K_LESSON, K_IMPORT, K_BACKCHECK = range(len(KINDS))
+CAT = {name: i for i, name in enumerate(gm.CATEGORIES)}
+ROLE_OBS, ROLE_ACT, ROLE_INS = range(3)
+
+
+@dataclass
+class Observation:
+    """What the world shows a cohort at `now_ms` (market arrays are per asset)."""
+
+    now_ms: int
+    step: int
+    close: np.ndarray
+    tvl: np.ndarray
+    gas: float
+    gas_ref: float
+    regime: int
+    probe_sev: np.ndarray                 # per cohort Golem, 0..3
+    seen: list[list[tuple[str, int, str]]]  # per cohort Golem: (kind, severity, tokens) of events seen now
+
+
+@dataclass
+class TickOutput:
+    heartbeats: dict[str, np.ndarray] = field(default_factory=dict)
+    retrievals: dict[str, np.ndarray] = field(default_factory=dict)
+    entries: list[dict[str, np.ndarray]] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    snapshots: list[dict] = field(default_factory=list)
+    pushes: list[dict] = field(default_factory=list)
+
+
+class Mind:
+    """The population's cognition: config, state arrays, Grimoire and the per-state functions."""
+
+    def __init__(self, cfg, pop: Population, gr: gm.Grimoire, assets: tuple[str, ...], regime_names: tuple[str, ...],
+                 seed: int):
+        self.cfg = cfg
+        self.pop = pop
+        self.gr = gr
+        self.assets = assets
+        self.regime_names = regime_names
+        self.seed = seed
+        self.lex = Lexicon(gr.dim, seed)
+        self.prm = rt.RetrievalParams.from_config(cfg)
+        self.protos = appraisal.prototype_matrix()
+        if pop.ctx.shape[1] != gr.dim:
+            pop.ctx = np.zeros((pop.n, gr.dim), dtype=np.float32)
+            pop.drove = np.full((pop.n, self.prm.top_k), -1, dtype=np.int64)
+            pop.drove_sign = np.zeros((pop.n, self.prm.top_k), dtype=np.int8)
+        self.hooks_pre_decide: list = []   # curator/contrarian/dream hooks (golem.curation) plug in here
+        self.hooks_post_tick: list = []
+
+    # ------------------------------------------------------------------ SENSING
+    def sense(self, ix: np.ndarray, obs: Observation) -> dict:
+        cfg, pop = self.cfg, self.pop
+        asset = pop.asset[ix].astype(np.int64)
+        price = obs.close[asset]
+        first = np.isnan(pop.last_price[ix])
+        lp = np.where(first, price, pop.last_price[ix])
+        ret = price / lp - 1.0
+        lr = np.log(price / lp)
+        value = pop.cash[ix] + pop.units[ix] * price
+        tick_pnl = np.where(first, 0.0, value - pop.last_value[ix])
+        t = pop.tick[ix]
+        pop.ret_hist[ix, t % HIST] = lr
+        pop.price_hist[ix, t % HIST] = price
+        w = cfg.appraisal.vol_window
+        lag = (t[:, None] - np.arange(w)[None, :]) % HIST
+        valid = np.arange(w)[None, :] < np.minimum(t + 1, w)[:, None]
+        hist = pop.ret_hist[ix[:, None], lag]
+        cnt = valid.sum(axis=1)
+        vol = np.sqrt((hist * hist * valid).sum(axis=1) / np.maximum(cnt, 1))
+        vol_ratio = np.where(cnt >= 2, vol / cfg.appraisal.reference_vol, 1.0)
+        regime = np.full(ix.size, obs.regime, dtype=np.int64)
+        last_regime = pop.last_regime[ix]
+        regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
+        new_regime = regime_shift & (t - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
+        sev = obs.probe_sev.astype(np.int64)
+        # prediction of the last decision against what happened
+        sgn = np.sign(ret).astype(np.int64)
+        es = pop.exp_sign[ix].astype(np.int64)
+        prediction = np.where((es == 0) | first | (sgn == 0), 0, np.where(sgn == es, 1, -1))
+        self._validate_drivers(ix, sgn)
+        # a heuristic is contradicted when memory spoke clearly (|signal| >= 0.5) and the market disagreed
+        lm = pop.last_mem[ix]
+        contradicted = ((np.abs(lm) >= 0.5) & (sgn != 0) & (np.sign(lm) != sgn)).astype(np.float64)
+        held = pop.units[ix] > 1e-12
+        kinds = [{k for k, _, _ in s} for s in obs.seen]
+        exploit_held = held & np.array([bool(k & {"exploit", "rug_pull"}) for k in kinds], dtype=bool)
+        liquidation = held & np.array([("liquidation" in k) for k in kinds], dtype=bool)
+        stop = held & (ret < -cfg.appraisal.stop_loss)
+        ap = cfg.appraisal
+        shock = stop * ap.stop_breach + exploit_held * ap.exploit_held + liquidation * ap.liquidation
+        pos_change = (np.abs(pop.last_dexp[ix]) >= ap.position_change_min).astype(np.float64)
+        sp, sa, sd = appraisal.stimulus(cfg, tick_pnl, value, prediction, contradicted, vol_ratio,
+                                        regime_shift.astype(np.float64), sev, pos_change,
+                                        pop.last_action[ix], shock)
+        stim = np.stack([sp, sa, sd], axis=1)
+        pad = appraisal.update(pop.pad[ix], stim, pop.baseline[ix], ap.persistence, ap.gain)
+        pop.pad[ix] = pad
+        p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
+        loss = tick_pnl < 0
+        pop.loss_bits[ix] = ((pop.loss_bits[ix] << 1) | loss) & 0b11111
+        recent_losses = pop.recent_losses(ix)
+        label = appraisal.label_batch(cfg, p, a, recent_losses, pop.failed_attempts[ix], sev >= 3)
+        pop.failed_attempts[ix] = np.where(loss, pop.failed_attempts[ix] + 1, np.where(tick_pnl > 0, 0, pop.failed_attempts[ix]))
+        pop.high_a_run[ix] = np.where(a > cfg.flashbulb.arousal, pop.high_a_run[ix] + 1, 0)
+        # somatic marker for the current pattern (SPEC §5 SENSING)
+        pattern = (np.minimum(regime, 15) * 3 + (sgn + 1)) * 4 + sev
+        scnt = pop.som_cnt[ix, pattern]
+        sval = pop.som_sum[ix, pattern] / np.maximum(scnt, 1)
+        sm = cfg.somatic
+        neg_marker = (scnt > sm.min_strength) & (sval < sm.negative_valence)
+        pos_marker = (scnt > sm.min_strength) & (sval > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
+        tier = np.where((sev >= 2) | neg_marker, 1, 0)
+        tier = np.where(sev >= 3, 2, tier)
+        tier = np.where(pos_marker & (sev < 2), 0, tier)
+        return dict(asset=asset, price=price, ret=ret, lr=lr, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
+                    regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, sgn=sgn,
+                    prediction=prediction, held=held, kinds=kinds, pad=pad, label=label,
+                    emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
+                    intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses,
+                    pattern=pattern, neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=sval,
+                    marker_strength=scnt, tier=tier, first=first, exploit_held=exploit_held)
+
+    def _validate_drivers(self, ix: np.ndarray, sgn: np.ndarray) -> None:
+        """Confidence propagation (SPEC §3.4) for the entries that drove the last decision:
+        +0.10 when the market moved as they said, -0.20 when it moved against them."""
+        pop, c, cf = self.pop, self.gr.cols, self.cfg.confidence
+        slots = pop.drove[ix]
+        signs = pop.drove_sign[ix].astype(np.int64)
+        live = (slots >= 0) & (signs != 0) & (sgn[:, None] != 0)
+        s = slots[live]
+        if s.size:
+            still = c["id"][s] >= 0
+            agree = (signs[live] == np.broadcast_to(sgn[:, None], slots.shape)[live])
+            delta = np.where(agree, cf.validation, -cf.contradiction)[still]
+            np.add.at(c["confidence"], s[still], delta.astype(np.float32))
+            np.clip(c["confidence"], 0.0, 1.0, out=c["confidence"])
+        pop.drove[ix] = -1
+
+    # ------------------------------------------------------------------ DECIDING
+    def decide(self, ix: np.ndarray, obs: Observation, s: dict, out: TickOutput) -> dict:
+        cfg, pop, gr = self.cfg, self.pop, self.gr
+        base = self.lex.contexts(list(self.assets), s["asset"], list(self.regime_names), s["regime"], s["ret"], s["vol_ratio"])
+        for i, seen in enumerate(obs.seen):
+            if seen:
+                base[i] = self.lex.with_tokens(base[i], sorted({f"event:{k}" for k, _, _ in seen}), 1.5)
+        query = normalise(base)
+        topic = np.array([topic_code(f"{self.assets[a]}/price-move") for a in s["asset"]], dtype=np.int32)
+        res = rt.retrieve(gr, ix, query, s["pad"], obs.now_ms, self.prm)
+        slots, scores = res.slots, res.scores
+        c = gr.cols
+        served = slots >= 0
+        safe = np.where(served, slots, 0)
+        val = np.where(served & c["has_tag"][safe], c["p"][safe], 0.0)
+        # anti-rumination (SPEC §4.3): the last 3 retrievals each > 80 % negative
+        guard = (pop.neg_share[ix] > cfg.retrieval.rumination_negative_share).all(axis=1)
+        fired = np.zeros(ix.size, dtype=bool)
+        for i in np.flatnonzero(guard):
+            ns, nsc, f = rt.anti_rumination(slots[i], scores[i], val[i], int(res.pool[i, 3]), float(res.pool[i, 4]))
+            if f:
+                slots[i], scores[i], fired[i] = ns, nsc, True
+                j = int(np.flatnonzero(ns == res.pool[i, 3])[0])
+                res.factors[i, j] = rt.entry_factors(gr, int(ns[j]), query[i], tuple(s["pad"][i]), obs.now_ms, self.prm)
+                res.factors[i, j, 1] = self.prm.temporal_base ** res.factors[i, j, 1]
+                out.events.append(self._event(obs.now_ms, int(ix[i]), "anti_rumination", entry_id=int(c["id"][ns[j]]),
+                                              value=float(pop.neg_share[ix[i]].mean())))
+        served = slots >= 0
+        safe = np.where(served, slots, 0)
+        val = np.where(served & c["has_tag"][safe], c["p"][safe], 0.0)
+        nserved = served.sum(axis=1)
+        share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
+        pop.neg_share[ix] = np.concatenate([pop.neg_share[ix][:, 1:], share[:, None]], axis=1)
+        rt.touch(gr, slots, obs.now_ms)
+        # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
+        sem = np.nan_to_num(res.factors[:, :, 0], nan=-1.0)
+        react = served & (sem >= cfg.decay.reactivation_cosine) & (c["topic"][safe] == topic[:, None]) & c["has_tag"][safe]
+        rs = slots[react]
+        c["reactivated"][rs] = True
+        np.add.at(c["react_count"], rs, 1)
+        c["last_react_ms"][rs] = obs.now_ms
+        # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
+        has_out = served & c["has_outcome"][safe]
+        wts = np.where(has_out, np.maximum(scores, 0.0) * c["confidence"][safe], 0.0)
+        outc = np.where(has_out, c["outcome"][safe], 0.0)
+        wsum = wts.sum(axis=1)
+        mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
+        drove = np.where(has_out, slots, -1)
+        np.add.at(c["acted_on_count"], drove[drove >= 0], 1)
+        c["last_acted_ms"][drove[drove >= 0]] = obs.now_ms
+        pop.drove[ix] = drove
+        pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
+        # base strategy signal
+        dc = cfg.decision
+        t = pop.tick[ix]
+        past = pop.price_hist[ix, (t - dc.trend_window) % HIST]
+        mom = np.where(np.isnan(past) | (t < dc.trend_window), 0.0, s["price"] / np.where(np.isnan(past), 1, past) - 1.0)
+        trend = np.tanh(dc.trend_scale * mom)
+        strat = pop.strategy[ix]
+        base_sig = np.select([strat == 0, strat == 1], [trend, -trend], 1.0)
+        signal = 0.5 * base_sig + dc.memory_weight * mem
+        target = np.clip(0.5 + signal, 0.0, dc.max_exposure)
+        target = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], target)
+        target = np.where((s["sev"] >= 3) & s["held"], 0.0, target)   # a high probe on a held asset: get out
+        target = target * mortality.PHASE_EXPOSURE[pop.phase[ix]]
+        novelty = np.nan_to_num(res.factors[:, 0, 0], nan=-1.0) < cfg.escalation.novelty_threshold
+        tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
+        low_conf = served & (c["confidence"][safe] < cfg.confidence.low_flag) & (c["access_count"][safe] >= cfg.confidence.low_flag_accesses)
+        served_emo = np.where(served, res.factors[:, :, 3], 0.0)
+        out.retrievals = dict(
+            time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
+            query_p=s["pad"][:, 0].copy(), query_a=s["pad"][:, 1].copy(), query_d=s["pad"][:, 2].copy(),
+            slots=slots, ids=np.where(served, c["id"][safe], -1), scores=np.where(served, scores, np.nan),
+            factors=res.factors, shadow_ids=np.where(res.shadow >= 0, c["id"][np.maximum(res.shadow, 0)], -1),
+            pool_n=res.pool[:, 0].astype(np.int64),
+            pool_mean_emotional=np.where(res.pool[:, 0] > 0, res.pool[:, 1] / np.maximum(res.pool[:, 0], 1), np.nan),
+            pool_mean_valence=np.where(res.pool[:, 0] > 0, res.pool[:, 2] / np.maximum(res.pool[:, 0], 1), np.nan),
+            served_mean_emotional=np.where(nserved > 0, served_emo.sum(axis=1) / np.maximum(nserved, 1), np.nan),
+            served_mean_valence=np.where(nserved > 0, val.sum(axis=1) / np.maximum(nserved, 1), np.nan),
+            valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, c["id"][safe], -1),
+            reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy())
+        return dict(query=query, topic=topic, target=target, mem=mem, base_sig=base_sig, tier=tier,
+                    exp_sign=np.sign(signal).astype(np.int8), nserved=nserved, val=val)
+
+    # ------------------------------------------------------------------ ACTING
+    def act(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict) -> dict:
+        from golem.rng import uniform  # local import keeps the formula layer free of it
+        cfg, pop = self.cfg, self.pop
+        tr = cfg.trading
+        value = s["value"]
+        price = s["price"]
+        exposure = np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0)
+        dexp = dd["target"] - exposure
+        trade = (np.abs(dexp) >= cfg.decision.min_trade) & (value > 0)
+        u_fail = uniform(self.seed, ix, pop.tick[ix], 1)
+        u_slip = uniform(self.seed, ix, pop.tick[ix], 2)
+        gas_spike = obs.gas > 3.0 * obs.gas_ref
+        fail_p = tr.fail_prob_gas_spike if gas_spike else tr.fail_prob
+        failed = trade & (u_fail < fail_p)
+        ok = trade & ~failed
+        notional = np.abs(dexp) * value
+        cost = np.where(ok, notional * (tr.fee_bps + tr.slippage_bps * (0.5 + u_slip)) / 1e4, 0.0)
+        gas_cost = np.where(trade, obs.gas * tr.gas_units * tr.gas_usd_per_gwei_unit, 0.0)
+        pop.units[ix] += np.where(ok, dexp * value / price, 0.0)
+        pop.cash[ix] -= np.where(ok, dexp * value, 0.0) + cost
+        esc = cfg.escalation
+        tier_cost = np.select([dd["tier"] == 1, dd["tier"] == 2], [esc.t1_cost, esc.t2_cost], 0.0)
+        pop.budget[ix] -= gas_cost + tier_cost
+        pop.last_action[ix] = np.where(ok, 1, np.where(failed, -1, 0))
+        pop.last_dexp[ix] = np.where(ok, dexp, 0.0)
+        new_value = pop.cash[ix] + pop.units[ix] * price
+        return dict(exposure_before=exposure, dexp=dexp, traded=ok, failed=failed, cost=cost, gas_cost=gas_cost,
+                    tier_cost=tier_cost, value_after=new_value,
+                    exposure_after=np.where(new_value > 0, pop.units[ix] * price / np.maximum(new_value, 1e-12), 0.0))
+
+    # ------------------------------------------------------------------ REFLECTING
+    def reflect(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict, ac: dict, out: TickOutput) -> dict:
+        cfg, pop, gr = self.cfg, self.pop, self.gr
+        now = obs.now_ms
+        p, a, d = s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2]
+        n = ix.size
+        cand = Candidates()
+        prev_ctx = np.where(s["first"][:, None], dd["query"], pop.ctx[ix])
+        outcome = np.tanh(s["ret"] / 0.01)
+        low_band = a < cfg.arousal.low_band
+        signals = (s["sev"] >= 3).astype(np.int64) + s["regime_shift"] + (s["recent_losses"] >= cfg.emotion.recurring_loss_min)
+        common = dict(p=p, a=a, d=d, has_tag=True, emotion=s["emotion"], label=s["label"], value=s["value"],
+                      pnl=s["tick_pnl"], signals=signals, provenance=-1, tick=pop.tick[ix], flashbulb=False,
+                      first_sighting=False, force_internal=False, arousal_bias=a > cfg.arousal.high_band,
+                      golem=ix, scope=s["asset"].astype(np.int32))
+        # (1) what just happened, filed under the context that led to it
+        assets = [self.assets[x] for x in s["asset"]]
+        keep = ~s["first"]
+        if keep.any():
+            cand.add(prev_ctx[keep], [f"{assets[i]}/price-move" for i in np.flatnonzero(keep)],
+                     **_sel(common, keep), seq=0, kind=K_PRICE, role=ROLE_OBS, category=CAT["episode"],
+                     decay_class=np.where(low_band[keep], gm.EPHEMERAL, gm.TACTICAL), source_conf=cfg.confidence.own,
+                     importance=np.clip(0.3 + 0.7 * np.abs(outcome[keep]), 0, 1), outcome=outcome[keep],
+                     has_outcome=True, event_kind="")
+        # (2) one entry per distinct event seen (multi-event segmentation: never averaged)
+        for i in np.flatnonzero([bool(x) for x in obs.seen]):
+            for j, (kind, sev, tokens) in enumerate(sorted(set(obs.seen[i]))):
+                kid = _kind_slot(kind)
+                first_sight = not pop.protocol_seen[ix[i], kid]
+                pop.protocol_seen[ix[i], kid] = True
+                warn = sev >= 3
+                one = np.array([i])
+                cand.add(normalise(self.lex.with_tokens(dd["query"][i:i + 1].astype(np.float64)[0], [f"event:{kind}"], 2.0))[None, :],
+                         [f"{assets[i]}/{kind}"], **_sel(common, one), seq=1 + j, kind=K_EVENT, role=ROLE_OBS,
+                         category=CAT["warning"] if warn else CAT["episode"],
+                         decay_class=gm.REGIME if warn else gm.TACTICAL, source_conf=cfg.confidence.own,
+                         importance=0.5 + 0.15 * sev, outcome=0.0, has_outcome=False, event_kind=kind)
+                cand.cols["first_sighting"][-1][:] = first_sight
+        # (3) the Golem's own action
+        tr = ac["traded"]
+        if tr.any():
+            side = np.where(ac["dexp"][tr] > 0, "buy", "sell")
+            emb = np.stack([self.lex.with_tokens(dd["query"][i].astype(np.float64), [f"trade:{sd}"], 1.0)
+                            for i, sd in zip(np.flatnonzero(tr), side)])
+            cand.add(emb, [f"{assets[i]}/trade" for i in np.flatnonzero(tr)], **_sel(common, tr), seq=20,
+                     kind=K_TRADE, role=ROLE_ACT, category=CAT["episode"], decay_class=gm.EPHEMERAL,
+                     source_conf=cfg.confidence.own, importance=np.clip(np.abs(ac["dexp"][tr]), 0, 1),
+                     outcome=0.0, has_outcome=False, event_kind="")
+        # (4) reflection: counterfactual regret, with emotional load (SPEC §5 REFLECTING)
+        miss = (s["prediction"] < 0) & (np.abs(s["ret"]) > 1.5 * cfg.appraisal.reference_vol)
+        if miss.any():
+            bias = np.where(a > cfg.arousal.high_band, 0.3 * p, 0.0)   # arousal bends the imagined alternative
+            cf = np.clip(outcome + bias, -1, 1)
+            cand.add(prev_ctx[miss], [f"{assets[i]}/price-move" for i in np.flatnonzero(miss)], **_sel(common, miss),
+                     seq=30, kind=K_REGRET, role=ROLE_INS, category=CAT["insight"], decay_class=gm.REGIME,
+                     source_conf=cfg.confidence.inferred, importance=0.6, outcome=cf[miss], has_outcome=True,
+                     event_kind="")
+        dom = d < -0.3
+        if dom.any():
+            cand.add(prev_ctx[dom], [f"{assets[i]}/dominance-correction" for i in np.flatnonzero(dom)], **_sel(common, dom),
+                     seq=31, kind=K_DOMINANCE, role=ROLE_INS, category=CAT["insight"], decay_class=gm.TACTICAL,
+                     source_conf=cfg.confidence.inferred, importance=0.5, outcome=0.0, has_outcome=False, event_kind="")
+            cand.cols["force_internal"][-1][:] = True
+        harsh = p < -0.7
+        for i in np.flatnonzero(harsh):
+            truth = float(np.tanh(cfg.appraisal.k_p * s["tick_pnl"][i] / max(s["value"][i], 1e-9)))
+            corrected = p[i] + 0.5 * max(truth - p[i], 0.0)
+            out.events.append(self._event(now, int(ix[i]), "backcheck", value=corrected,
+                                          payload={"self_evaluation": float(p[i]), "ground_truth": truth}))
+            pop.pad[ix[i], 0] = corrected
+        # flashbulb check (SPEC §6)
+        trig = flashbulb.triggers(cfg, a, pop.high_a_run[ix], s["tick_pnl"], s["value"], s["new_regime"], s["sev"])
+        any_trig = trig.any(axis=1) & ~s["first"]
+        nwin = flashbulb.in_window(pop.fb_times[ix], now)
+        fb = cfg.flashbulb
+        fired = np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(any_trig):
+            names = [flashbulb.TRIGGERS[j] for j in np.flatnonzero(trig[i])]
+            ok = flashbulb.allowed(float(a[i]), int(nwin[i]), names[0], fb.arousal, fb.max_per_24h, fb.extra_step)
+            req = flashbulb.required_arousal(int(nwin[i]), fb.arousal, fb.max_per_24h, fb.extra_step)
+            payload = {"triggers": names, "in_window": int(nwin[i]), "required_arousal": req}
+            if not ok:
+                out.events.append(self._event(now, int(ix[i]), "flashbulb_suppressed", value=float(a[i]), payload=payload))
+                continue
+            fired[i] = True
+            g = int(ix[i])
+            pop.fb_times[g, int(np.argmin(pop.fb_times[g]))] = now
+            out.events.append(self._event(now, g, "flashbulb", value=float(a[i]), payload=payload))
+        if fired.any():
+            cand.add(dd["query"][fired], [f"{assets[i]}/flashbulb" for i in np.flatnonzero(fired)], **_sel(common, fired),
+                     seq=40, kind=K_FLASH, role=ROLE_OBS, category=CAT["episode"], decay_class=gm.STRUCTURAL,
+                     source_conf=cfg.confidence.own, importance=1.0, outcome=outcome[fired], has_outcome=True,
+                     event_kind="")
+            cand.cols["flashbulb"][-1][:] = True
+        written = write(cfg, gr, cand, now) if cand.emb else None
+        n_written = np.zeros(n, dtype=np.int64)
+        tier = dd["tier"].copy()
+        if written is not None:
+            pos = np.searchsorted(ix, written["golem"])
+            np.add.at(n_written, pos, 1)
+            written["clade"] = pop.clade[written["golem"]]
+            out.entries.append(written)
+            fbw = written["flashbulb"]
+            for r in np.flatnonzero(fbw):
+                i = int(pos[r])
+                g = int(ix[i])
+                tier[i] = 2
+                pop.budget[g] -= cfg.escalation.t2_cost  # T2 reflection, forced for flashbulbs
+                eid = int(written["id"][r])
+                links = tuple(int(x) for x in gr.cols["id"][pop.drove[g][pop.drove[g] >= 0]])
+                gr.links[eid] = links
+                out.snapshots.append(dict(flashbulb_id=eid, golem_id=g, time_ms=now, step=obs.step, close=obs.close.copy(),
+                                          tvl=obs.tvl.copy(), gas=obs.gas, regime=obs.regime,
+                                          position_asset=int(s["asset"][i]), position_exposure=float(ac["exposure_after"][i]),
+                                          links=links))
+                out.pushes.append(dict(sender=g, entry_id=eid, slot=int(written["slot"][r]), alert_type="flashbulb"))
+            # warnings with confidence >= 0.7 go to the Clade too (SPEC §9)
+            warn = (written["category"] == CAT["warning"]) & (written["confidence"] >= cfg.clade.warning_push_confidence)
+            for r in np.flatnonzero(warn & ~fbw):
+                out.pushes.append(dict(sender=int(written["golem"][r]), entry_id=int(written["id"][r]),
+                                       slot=int(written["slot"][r]), alert_type="warning"))
+        # somatic markers learn from this tick's episode
+        pt = s["pattern"]
+        pop.som_sum[ix, pt] += p
+        pop.som_cnt[ix, pt] += 1
+        pop.som_arousal[ix, pt] += a
+        pop.som_target[ix, pt] = dd["target"]
+        pop.som_emotion[ix, pt, s["emotion"].astype(np.int64)] += 1
+        return dict(n_written=n_written, tier=tier, flashbulb=fired)
+
+    # ------------------------------------------------------------------ the tick
+    def tick(self, ix: np.ndarray, obs: Observation) -> TickOutput:
+        """One heartbeat for the alive Golems `ix` (sorted ids), all in one batch."""
+        pop = self.pop
+        out = TickOutput()
+        for hook in self.hooks_pre_decide:
+            ix = hook(self, ix, obs, out)
+        if ix.size == 0:
+            return out
+        s = self.sense(ix, obs)
+        dd = self.decide(ix, obs, s, out)
+        ac = self.act(ix, obs, s, dd)
+        rf = self.reflect(ix, obs, s, dd, ac, out)
+        path = np.full(ix.size, STATE_TICK, dtype=object)
+        # bookkeeping for the next tick
+        pop.last_price[ix] = s["price"]
+        pop.last_value[ix] = ac["value_after"]
+        pop.last_regime[ix] = obs.regime
+        pop.regime_seen[ix, obs.regime] = pop.tick[ix]
+        pop.ctx[ix] = dd["query"]
+        pop.exp_sign[ix] = dd["exp_sign"]
+        pop.last_mem[ix] = dd["mem"]
+        v = mortality.vitality(pop.budget[ix], pop.budget0[ix], ac["value_after"], pop.value0[ix])
+        phase = mortality.phase_of(v, self.cfg) if self.cfg.mortality.enabled else np.zeros(ix.size, np.int8)
+        pop.phase[ix] = phase
+        dying = phase == 4
+        if dying.any():
+            self._die(ix[dying], obs, v[dying], out)
+            path[dying] = STATE_TICK + ">TERMINAL>DEAD"
+        out.heartbeats = dict(
+            time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), clade_id=pop.clade[ix].copy(),
+            tick=pop.tick[ix].copy(), state_path=path, p=pop.pad[ix, 0].copy(), a=pop.pad[ix, 1].copy(),
+            d=pop.pad[ix, 2].copy(), emotion=s["emotion"], label=s["label"], intensity=s["intensity"], tier=rf["tier"],
+            exposure=ac["exposure_after"], target_exposure=dd["target"], value=ac["value_after"], pnl=s["tick_pnl"],
+            cash=pop.cash[ix].copy(), budget=pop.budget[ix].copy(), vitality=v, phase=phase, price=s["price"],
+            regime=np.full(ix.size, obs.regime, dtype=np.int16), probe=s["sev"].astype(np.int8), traded=ac["traded"],
+            trade_failed=ac["failed"], entries_written=rf["n_written"], flashbulb=rf["flashbulb"],
+            n_retrieved=dd["nserved"], retrieval_mean_valence=out.retrievals["served_mean_valence"],
+            memory_signal=dd["mem"], marker_valence=s["marker_valence"], marker_strength=s["marker_strength"].astype(np.int64),
+            marker_escalated=s["neg_marker"] & (s["sev"] < 2), cache_served=s["pos_marker"])
+        pop.tick[ix] += 1
+        for hook in self.hooks_post_tick:
+            hook(self, ix, obs, out)
+        return out
+
+    def _die(self, ix: np.ndarray, obs: Observation, v: np.ndarray, out: TickOutput) -> None:
+        """TERMINAL: equanimity, a death reflection pushed to the Clade, then DEAD."""
+        from golem import clade  # noqa: F401  (the push itself is delivered by the world)
+        pop, cfg = self.pop, self.cfg
+        pop.pad[ix] = mortality.terminal_drift(pop.pad[ix], cfg.mortality.terminal_drift)
+        cand = Candidates()
+        pd = pop.pad[ix]
+        price = obs.close[pop.asset[ix].astype(np.int64)]
+        value = pop.cash[ix] + pop.units[ix] * price
+        cand.add(normalise(np.stack([self.lex.token("death-reflection") + self.lex.token(f"asset:{self.assets[a]}")
+                                     for a in pop.asset[ix]])),
+                 [f"{self.assets[a]}/death-reflection" for a in pop.asset[ix]],
+                 p=pd[:, 0], a=pd[:, 1], d=pd[:, 2], has_tag=True, emotion=appraisal.classify_batch(pd[:, 0], pd[:, 1], pd[:, 2], self.protos),
+                 label=0, value=value, pnl=0.0, signals=0, provenance=-1, tick=pop.tick[ix], flashbulb=True,
+                 first_sighting=False, force_internal=True, arousal_bias=False, golem=ix,
+                 scope=pop.asset[ix].astype(np.int32), seq=90, kind=K_DEATH, role=ROLE_INS,
+                 category=CAT["death_reflection"], decay_class=gm.STRUCTURAL, source_conf=self.cfg.confidence.own,
+                 importance=1.0, outcome=0.0, has_outcome=False, event_kind="")
+        cand.cols["flashbulb"][-1][:] = False
+        rows = write(cfg, self.gr, cand, obs.now_ms)
+        # death reflections always write (structural, gate bypassed by category)
+        ids = {}
+        if rows is not None:
+            rows["clade"] = pop.clade[rows["golem"]]
+            out.entries.append(rows)
+            ids = {int(g): (int(e), int(sl)) for g, e, sl in zip(rows["golem"], rows["id"], rows["slot"])}
+        for j, g in enumerate(ix):
+            g = int(g)
+            cause = "budget" if pop.budget[g] / pop.budget0[g] <= value[j] / pop.value0[g] else "capital"
+            eid, slot = ids.get(g, (-1, -1))
+            out.events.append(self._event(obs.now_ms, g, "death", entry_id=eid, value=float(v[j]),
+                                          payload={"cause": cause, "value": float(value[j]), "budget": float(pop.budget[g])}))
+            if eid >= 0:
+                out.pushes.append(dict(sender=g, entry_id=eid, slot=slot, alert_type="death_reflection"))
+        pop.alive[ix] = False
+        pop.phase[ix] = 5
+        pop.dead_ms[ix] = obs.now_ms
+
+    def _event(self, now_ms: int, golem: int, kind: str, entry_id: int = -1, other: int = -1, value: float = float("nan"),
+               payload: dict | None = None) -> dict:
+        return dict(time_ms=now_ms, golem_id=golem, clade_id=int(self.pop.clade[golem]) if golem >= 0 else -1, kind=kind,
+                    tick=int(self.pop.tick[golem]) if golem >= 0 else -1, entry_id=entry_id, other_golem=other,
+                    value=value, payload=payload or {})
+
+
+def _sel(common: dict, mask) -> dict:
+    out = {}
+    for k, v in common.items():
+        out[k] = v[mask] if isinstance(v, np.ndarray) and v.ndim == 1 else v
+    return out
+
+
+_EVENT_SLOTS: dict[str, int] = {}
+
+
+def _kind_slot(kind: str) -> int:
+    """Column of Population.protocol_seen for an event kind (first-sighting floor)."""
+    return topic_code(kind) % 64

@@ -1,0 +1,112 @@
+"""Decide, then write (SPEC §3.3 [G]): candidates are scored for salience and gated; the writer
+applies all writes of a tick batch at the end, in a fixed order (Golem id, then candidate order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from golem import grimoire as gm
+from golem.appraisal import arousal_factor_batch, intensity_batch
+from golem.context import topic_code
+
+DAY_MS = 86_400_000
+KINDS = ("price-move", "event", "trade", "regret", "dominance-correction", "flashbulb", "death-reflection",
+         "inherited", "lesson", "import", "backcheck")
+
+
+@dataclass
+class Candidates:
+    """Would-be entries of one tick batch, as growing column lists."""
+
+    cols: dict[str, list] = field(default_factory=dict)
+    emb: list[np.ndarray] = field(default_factory=list)
+    topics: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, emb: np.ndarray, topics: list[str] | np.ndarray, **cols) -> None:
+        n = emb.shape[0]
+        if n == 0:
+            return
+        self.emb.append(np.asarray(emb, dtype=np.float64))
+        self.topics.append(np.asarray(topics, dtype=object))
+        for k, v in cols.items():
+            self.cols.setdefault(k, []).append(np.broadcast_to(np.asarray(v), (n,)).copy())
+        length = sum(e.shape[0] for e in self.emb)
+        for k in self.cols:
+            have = sum(x.shape[0] for x in self.cols[k])
+            if have != length:
+                raise ValueError(f"candidate column {k} missing in one add() call")
+
+    def build(self) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
+        if not self.emb:
+            return None
+        cols = {k: np.concatenate(v) for k, v in self.cols.items()}
+        return np.concatenate(self.emb), cols, np.concatenate(self.topics)
+
+
+def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Salience (vectorised SPEC §3.3 `grimoire.salience`), gating, TTL tier, promotion, window."""
+    s_cfg = cfg.salience
+    p, a, d = c["p"], c["a"], c["d"]
+    inten = np.where(c["has_tag"], intensity_batch(p, a, d), 0.0)
+    value = c["value"]
+    m = np.minimum(1.0, np.abs(c["pnl"]) / np.maximum(s_cfg.pnl_scale * value, 1e-12))
+    s = inten + m * (1 - inten)
+    neg = c["has_tag"] & (p < 0)
+    s = np.where(neg, s + s_cfg.negativity * np.abs(p) * (1 - s), s)
+    role_scale = np.array([s_cfg.role_observation, s_cfg.role_action, s_cfg.role_insight])[c["role"]]
+    s = np.minimum(1.0, s * role_scale)
+    s = np.minimum(1.0, s + s_cfg.signal_boost * c["signals"])
+    s = np.where(c["first_sighting"], np.maximum(s, s_cfg.first_sighting_floor), s)
+    write = (s >= s_cfg.gate_min) | c["flashbulb"]
+    ttl = np.select([s < s_cfg.tier_14d, s < s_cfg.tier_30d], [s_cfg.ttl_days_low, s_cfg.ttl_days_mid],
+                    s_cfg.ttl_days_high).astype(np.float64)
+    dc = c["decay_class"].astype(np.int8)
+    promote = (s >= s_cfg.promotion) & (dc < gm.REGIME)
+    dc = np.where(promote, dc + 1, dc).astype(np.int8)
+    dc = np.where(c["flashbulb"], gm.STRUCTURAL, dc).astype(np.int8)
+    g = cfg.grimoire
+    class_days = np.array([g.ephemeral_days, g.tactical_days, g.regime_conditional_days, np.inf])[dc]
+    window_days = np.where(dc == gm.STRUCTURAL, np.inf, np.maximum(class_days, ttl) * (1 + s))
+    return {"salience": s, "write": write, "ttl_days": ttl, "decay_class": dc,
+            "window_ms": window_days * DAY_MS, "intensity": inten}
+
+
+def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.ndarray] | None:
+    """Score, gate and insert a batch; returns the rows of the written entries (for `entries`)."""
+    built = cand.build()
+    if built is None:
+        return None
+    emb, c, topics = built
+    order = np.lexsort((c["seq"], c["golem"]))
+    emb, topics = emb[order], topics[order]
+    c = {k: v[order] for k, v in c.items()}
+    sc = score_and_gate(cfg, c)
+    keep = sc["write"]
+    if not keep.any():
+        return None
+    emb, topics = emb[keep], topics[keep]
+    c = {k: v[keep] for k, v in c.items()}
+    sc = {k: v[keep] for k, v in sc.items()}
+    conf = np.clip(c["source_conf"] * arousal_factor_batch(c["a"]), 0.0, 1.0)
+    conf = np.where(c["has_tag"], conf, c["source_conf"])
+    att = np.select([c["d"] > 0.2, c["d"] < -0.2], [1, 2], 0).astype(np.int8)
+    att = np.where(c["force_internal"], 1, att).astype(np.int8)
+    topic_codes = np.array([topic_code(t) for t in topics], dtype=np.int32)
+    values = {
+        "created_ms": now_ms, "last_access_ms": now_ms, "window_ms": sc["window_ms"],
+        "category": c["category"], "topic": topic_codes, "scope": c["scope"], "kind": c["kind"],
+        "confidence": conf, "importance": c["importance"], "salience": sc["salience"],
+        "decay_class": sc["decay_class"], "has_tag": c["has_tag"], "p": c["p"], "a": c["a"], "d": c["d"],
+        "i0": sc["intensity"], "emotion": c["emotion"], "label": c["label"], "attribution": att,
+        "arousal_bias": c["arousal_bias"], "flashbulb": c["flashbulb"], "provenance": c["provenance"],
+        "outcome": c["outcome"], "has_outcome": c["has_outcome"], "role": c["role"], "curator_weight": 1.0,
+    }
+    slots, ids = gr.insert(c["golem"], emb, values)
+    ok = slots >= 0
+    rows = {k: np.asarray(v)[ok] if np.ndim(v) else np.full(int(ok.sum()), v) for k, v in values.items()}
+    rows.update(id=ids[ok], slot=slots[ok], golem=c["golem"][ok], topic_name=topics[ok],
+                ttl_days=sc["ttl_days"][ok], tick=c["tick"][ok], event_kind=c["event_kind"][ok])
+    rows["refused"] = int((~ok).sum())
+    return rows

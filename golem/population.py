@@ -1,0 +1,118 @@
+"""Golem state as arrays, one row per Golem (structure of arrays, DESIGN "Speed by shape").
+
+A per-Golem object exists only as a view (`Population.view`) for notebooks and tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PHASES = ("thriving", "stable", "conservation", "declining", "terminal", "dead")
+STRATEGIES = ("momentum", "mean_reversion", "hodl")
+TIERS = ("T0", "T1", "T2")
+SEVERITIES = ("none", "low", "medium", "high")
+N_PATTERNS = 16 * 3 * 4     # regime (<=16) x return sign x probe severity
+FB_RING = 8
+HIST = 64
+
+
+@dataclass
+class Population:
+    n: int
+    clade: np.ndarray                 # int32 clade index
+    clade_names: tuple[str, ...]
+    asset: np.ndarray                 # int16 asset index
+    strategy: np.ndarray              # int8
+    baseline: np.ndarray              # (n, 3) temperament
+    budget0: np.ndarray
+    value0: np.ndarray
+    n_regimes: int = 16
+    golem_id: np.ndarray = field(init=False)
+    pad: np.ndarray = field(init=False)            # (n, 3) float64
+    cash: np.ndarray = field(init=False)
+    units: np.ndarray = field(init=False)
+    budget: np.ndarray = field(init=False)
+    alive: np.ndarray = field(init=False)
+    phase: np.ndarray = field(init=False)
+    tick: np.ndarray = field(init=False)
+    last_price: np.ndarray = field(init=False)
+    last_value: np.ndarray = field(init=False)
+    ret_hist: np.ndarray = field(init=False)       # (n, HIST) recent tick log-returns, ring
+    price_hist: np.ndarray = field(init=False)     # (n, HIST) recent prices, ring
+    exp_sign: np.ndarray = field(init=False)       # expected sign of the last decision
+    last_action: np.ndarray = field(init=False)    # +1 filled, -1 failed, 0 none
+    last_dexp: np.ndarray = field(init=False)
+    last_mem: np.ndarray = field(init=False)       # memory signal of the last decision
+    loss_bits: np.ndarray = field(init=False)      # last 5 ticks: losing? (bit mask)
+    failed_attempts: np.ndarray = field(init=False)
+    high_a_run: np.ndarray = field(init=False)
+    fb_times: np.ndarray = field(init=False)       # (n, FB_RING) flashbulb times (ms), ring
+    regime_seen: np.ndarray = field(init=False)    # (n, n_regimes) last tick each regime was seen
+    last_regime: np.ndarray = field(init=False)
+    protocol_seen: np.ndarray = field(init=False)  # (n, 64) first-sighting flags per event kind/protocol
+    neg_share: np.ndarray = field(init=False)      # (n, 3) negative share of the last retrievals
+    drove: np.ndarray = field(init=False)          # (n, k) slots that drove the last decision
+    drove_sign: np.ndarray = field(init=False)     # (n, k) their outcome signs
+    ctx: np.ndarray = field(init=False)            # (n, d) context of the previous tick
+    ctx_topic: np.ndarray = field(init=False)
+    som_sum: np.ndarray = field(init=False)        # (n, P) somatic valence sum
+    som_cnt: np.ndarray = field(init=False)
+    som_arousal: np.ndarray = field(init=False)
+    som_target: np.ndarray = field(init=False)     # (n, P) cached response (target exposure)
+    som_emotion: np.ndarray = field(init=False)    # (n, P, 9) emotion counts
+    dead_ms: np.ndarray = field(init=False)
+    contrarian_pending: np.ndarray = field(init=False)   # (n, 3) overlooked slots for the next DECIDING
+    dreaming_until: np.ndarray = field(init=False)
+    curator_mark: np.ndarray = field(init=False)   # entry id at the last curator pass
+
+    def __post_init__(self) -> None:
+        n = self.n
+        self.golem_id = np.arange(n, dtype=np.int64)
+        self.pad = np.array(self.baseline, dtype=np.float64, copy=True)
+        self.cash = np.zeros(n)
+        self.units = np.zeros(n)
+        self.budget = self.budget0.astype(np.float64).copy()
+        self.alive = np.ones(n, dtype=bool)
+        self.phase = np.zeros(n, dtype=np.int8)
+        self.tick = np.zeros(n, dtype=np.int64)
+        self.last_price = np.full(n, np.nan)
+        self.last_value = self.value0.astype(np.float64).copy()
+        self.ret_hist = np.zeros((n, HIST))
+        self.price_hist = np.full((n, HIST), np.nan)
+        self.exp_sign = np.zeros(n, dtype=np.int8)
+        self.last_action = np.zeros(n, dtype=np.int8)
+        self.last_dexp = np.zeros(n)
+        self.last_mem = np.zeros(n)
+        self.loss_bits = np.zeros(n, dtype=np.int64)
+        self.failed_attempts = np.zeros(n, dtype=np.int64)
+        self.high_a_run = np.zeros(n, dtype=np.int64)
+        self.fb_times = np.full((n, FB_RING), np.iinfo(np.int64).min // 2, dtype=np.int64)
+        self.regime_seen = np.full((n, self.n_regimes), -(10**9), dtype=np.int64)
+        self.last_regime = np.full(n, -1, dtype=np.int16)
+        self.protocol_seen = np.zeros((n, 64), dtype=bool)
+        self.neg_share = np.zeros((n, 3))
+        self.drove = np.full((n, 8), -1, dtype=np.int64)
+        self.drove_sign = np.zeros((n, 8), dtype=np.int8)
+        self.ctx = np.zeros((n, 1), dtype=np.float32)
+        self.ctx_topic = np.zeros(n, dtype=np.int32)
+        self.som_sum = np.zeros((n, N_PATTERNS))
+        self.som_cnt = np.zeros((n, N_PATTERNS), dtype=np.int32)
+        self.som_arousal = np.zeros((n, N_PATTERNS))
+        self.som_target = np.full((n, N_PATTERNS), np.nan)
+        self.som_emotion = np.zeros((n, N_PATTERNS, 9), dtype=np.int32)
+        self.dead_ms = np.full(n, -1, dtype=np.int64)
+        self.contrarian_pending = np.full((n, 3), -1, dtype=np.int64)
+        self.dreaming_until = np.zeros(n, dtype=np.int64)
+        self.curator_mark = np.zeros(n, dtype=np.int64)
+
+    def value(self, price: np.ndarray, ix=slice(None)) -> np.ndarray:
+        return self.cash[ix] + self.units[ix] * price
+
+    def recent_losses(self, ix) -> np.ndarray:
+        return np.bitwise_count(self.loss_bits[ix] & 0b11111).astype(np.int64)
+
+    def view(self, g: int) -> dict:
+        """One Golem as a plain dict, for notebooks and tests."""
+        return {name: (val[g].tolist() if hasattr(val[g], "tolist") else val[g])
+                for name, val in vars(self).items() if isinstance(val, np.ndarray) and val.shape[:1] == (self.n,)}

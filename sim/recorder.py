@@ -1,0 +1,165 @@
+"""Recording (SPEC §13): fixed-schema Parquet tables written incrementally as part files.
+
+Each table is a folder of part files `part-NNNNN.parquet`; a flush writes one part per table with
+rows, to a temporary name first and then renames it, so a run killed at any moment leaves every
+table readable up to its last flush. Rows are sorted (time, golem, sequence) within a part, and
+parts follow simulated time, so the same scenario and seed give byte-identical files.
+`manifest.json` (atomic rename too) carries the scenario, config, versions, counts and hashes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+F64, I64, I32, I16, STR, BOOL = pa.float64(), pa.int64(), pa.int32(), pa.int16(), pa.string(), pa.bool_()
+LI64, LF64 = pa.list_(pa.int64()), pa.list_(pa.float64())
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "market": pa.schema([("time_ms", I64), ("step", I64), ("asset", STR), ("open", F64), ("high", F64), ("low", F64),
+                         ("close", F64), ("volume", F64), ("tvl", F64), ("gas", F64), ("funding_rate", F64),
+                         ("regime", STR)]),
+    "heartbeats": pa.schema([
+        ("time_ms", I64), ("golem_id", I32), ("clade_id", I32), ("tick", I64), ("state_path", STR),
+        ("p", F64), ("a", F64), ("d", F64), ("emotion", STR), ("label", STR), ("intensity", F64), ("tier", STR),
+        ("exposure", F64), ("target_exposure", F64), ("value", F64), ("pnl", F64), ("cash", F64), ("budget", F64),
+        ("vitality", F64), ("phase", STR), ("price", F64), ("regime", STR), ("probe", STR), ("traded", BOOL),
+        ("trade_failed", BOOL), ("entries_written", I32), ("flashbulb", BOOL), ("n_retrieved", I32),
+        ("retrieval_mean_valence", F64), ("memory_signal", F64), ("marker_valence", F64), ("marker_strength", I32),
+        ("marker_escalated", BOOL), ("cache_served", BOOL)]),
+    "retrievals": pa.schema([
+        ("time_ms", I64), ("golem_id", I32), ("clade_id", I32), ("tick", I64), ("profile", STR),
+        ("query_p", F64), ("query_a", F64), ("query_d", F64), ("ids", LI64), ("scores", LF64),
+        ("semantic", LF64), ("temporal", LF64), ("importance", LF64), ("emotional", LF64), ("valences", LF64),
+        ("salience_shadow", LI64), ("pool_n", I64), ("pool_mean_emotional", F64), ("pool_mean_valence", F64),
+        ("served_mean_emotional", F64), ("served_mean_valence", F64), ("anti_rumination", BOOL),
+        ("low_conf_ids", LI64), ("reactivated", I32), ("memory_signal", F64), ("cache_served", BOOL),
+        ("contrarian_ids", LI64), ("contrarian_changed", BOOL)]),
+    "entries": pa.schema([
+        ("id", I64), ("golem_id", I32), ("clade_id", I32), ("created_ms", I64), ("tick", I64), ("category", STR),
+        ("topic", STR), ("scope", STR), ("kind", STR), ("event_kind", STR), ("content", STR), ("confidence", F64),
+        ("importance", F64), ("salience", F64), ("decay_class", STR), ("ttl_days", F64), ("window_days", F64),
+        ("has_tag", BOOL), ("p", F64), ("a", F64), ("d", F64), ("emotion", STR), ("intensity", F64), ("label", STR),
+        ("attribution", STR), ("arousal_bias", BOOL), ("flashbulb", BOOL), ("provenance", I32), ("outcome", F64),
+        ("has_outcome", BOOL), ("role", STR), ("recall_mode", STR)]),
+    "events": pa.schema([("time_ms", I64), ("seq", I64), ("golem_id", I32), ("clade_id", I32), ("tick", I64),
+                         ("kind", STR), ("entry_id", I64), ("other_golem", I32), ("value", F64), ("payload", STR)]),
+    "snapshots": pa.schema([("flashbulb_id", I64), ("golem_id", I32), ("time_ms", I64), ("step", I64), ("asset", STR),
+                            ("close", F64), ("tvl", F64), ("gas", F64), ("regime", STR), ("held", BOOL),
+                            ("position_exposure", F64), ("links", LI64)]),
+    "tape_events": pa.schema([("time_ms", I64), ("kind", STR), ("asset", STR), ("severity", STR), ("impact", F64),
+                              ("duration_ms", I64), ("tokens", STR), ("detect_lag_ms", I64), ("detect_jitter_ms", I64),
+                              ("early_detectors", LI64)]),
+}
+TABLES = tuple(SCHEMAS)
+SORT_KEYS = {"heartbeats": ("time_ms", "golem_id"), "retrievals": ("time_ms", "golem_id"), "entries": ("id",),
+             "events": ("time_ms", "seq"), "snapshots": ("flashbulb_id", "asset"), "market": ("time_ms", "asset")}
+WRITE_OPTS = dict(compression="zstd", use_dictionary=True, write_statistics=True)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode())
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o))
+
+
+class Recorder:
+    """Buffers rows per table (as Arrow record batches) and writes a part file per flush."""
+
+    def __init__(self, run_dir: Path, part_start: int = 0):
+        self.dir = Path(run_dir)
+        self.buf: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
+        self.part = part_start
+        self.rows = {t: 0 for t in TABLES}
+        for t in TABLES:
+            (self.dir / t).mkdir(parents=True, exist_ok=True)
+
+    def add(self, table: str, columns: dict) -> None:
+        """Append rows given as a dict of equal-length arrays/lists (schema order, exact types)."""
+        schema = SCHEMAS[table]
+        arrays = [pa.array(_py(columns[f.name]), type=f.type) for f in schema]
+        t = pa.Table.from_arrays(arrays, schema=schema)
+        if t.num_rows:
+            self.buf[table].append(t)
+
+    def pending(self) -> int:
+        return sum(sum(t.num_rows for t in v) for v in self.buf.values())
+
+    def flush(self) -> list[str]:
+        """Write one part per non-empty table; returns the part paths written."""
+        written = []
+        for table, parts in self.buf.items():
+            if not parts:
+                continue
+            t = pa.concat_tables(parts)
+            keys = [(k, "ascending") for k in SORT_KEYS.get(table, ())]
+            if keys:
+                idx = pc.sort_indices(t, sort_keys=keys)  # stable: equal keys keep insertion order
+                t = t.take(idx)
+            path = self.dir / table / f"part-{self.part:05d}.parquet"
+            sink = pa.BufferOutputStream()
+            pq.write_table(t, sink, **WRITE_OPTS)
+            atomic_write_bytes(path, sink.getvalue().to_pybytes())
+            self.rows[table] += t.num_rows
+            written.append(str(path.relative_to(self.dir)))
+            self.buf[table] = []
+        self.part += 1
+        return written
+
+
+def _py(v):
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return v.tolist()
+    return v
+
+
+def table_files(run_dir: Path, table: str) -> list[Path]:
+    return sorted((Path(run_dir) / table).glob("part-*.parquet"))
+
+
+def content_hashes(run_dir: Path) -> dict[str, str]:
+    """sha256 over each table's part files, in order: the byte-identity fingerprint of a run."""
+    out = {}
+    for t in TABLES:
+        h = hashlib.sha256()
+        for f in table_files(run_dir, t):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        out[t] = h.hexdigest()
+    return out
+
+
+def row_counts(run_dir: Path) -> dict[str, int]:
+    return {t: sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(run_dir, t)) for t in TABLES}
+
+
+def read_table(run_dir: Path, table: str) -> pa.Table:
+    files = table_files(run_dir, table)
+    if not files:
+        return SCHEMAS[table].empty_table()
+    return pa.concat_tables([pq.read_table(f) for f in files])

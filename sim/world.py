@@ -1,0 +1,343 @@
+"""The world (SPEC §12): a SimPy environment with the market, heartbeat cohorts, the Clade
+network and the recorder.
+
+Golems that share a cadence and phase form one cohort and tick in one SimPy event, so their work
+is one batched call into the mind; only messages between siblings are individual events.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from golem import clade as cladem
+from golem import grimoire as gm
+from golem import pad as padm
+from golem.heartbeat import Mind, Observation, TickOutput
+from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
+from golem.memory_writer import KINDS
+from sim.market import Tape, probe_severity
+from sim.rng import hash_uniform_array
+from sim.scenario import Scenario, parse_duration
+
+
+@dataclass
+class Cohort:
+    interval_s: float
+    start_s: float
+    members: np.ndarray
+
+
+@dataclass
+class Stats:
+    ticks: int = 0
+    events: int = 0
+    pushes: int = 0
+    deliveries: int = 0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+
+class World:
+    """Build the population from a scenario and run it on a tape under SimPy."""
+
+    def __init__(self, scenario: Scenario, cfg, tape: Tape, seed: int, recorder=None, progress=None):
+        self.scenario, self.cfg, self.tape, self.seed = scenario, cfg, tape, seed
+        self.rec = recorder
+        self.progress = progress
+        self.env = simpy.Environment()
+        self.stats = Stats()
+        self.clade_names = self._clade_names()
+        self.pop = self._population()
+        self.gr = gm.Grimoire(self.pop.n, cfg.grimoire.capacity, cfg.grimoire.embedding_dim)
+        self.mind = Mind(cfg, self.pop, self.gr, tape.assets, tape.regime_names, seed)
+        self.cohorts = self._cohorts()
+        self.latency = self._latencies()
+        self.event_seq = 0
+        self.market_step = -1
+        self.gas_ref = float(np.nanmedian(tape.gas)) if np.isfinite(tape.gas).any() else 30.0
+        self.t0_ms = int(tape.time_ms[0]) if tape.bar_ms else 0
+        self._prefill()
+
+    # ---------------------------------------------------------------- construction
+    def _clade_names(self) -> tuple[str, ...]:
+        names = [c.name for c in self.scenario.clades]
+        for g in self.scenario.golems:
+            if g.clade not in names:
+                names.append(g.clade)
+        return tuple(names)
+
+    def _population(self) -> Population:
+        sc = self.scenario
+        rows = []
+        for grp in sc.golems:
+            a = self.tape.asset_index(grp.asset) if grp.asset else 0
+            for _ in range(grp.count):
+                rows.append((self.clade_names.index(grp.clade), a, STRATEGIES.index(grp.strategy), grp.temperament,
+                             grp.budget, grp.capital, grp.exposure))
+        n = len(rows)
+        pop = Population(n=n, clade=np.array([r[0] for r in rows], np.int32), clade_names=self.clade_names,
+                         asset=np.array([r[1] for r in rows], np.int16), strategy=np.array([r[2] for r in rows], np.int8),
+                         baseline=np.array([r[3] for r in rows], np.float64), budget0=np.array([r[4] for r in rows]),
+                         value0=np.array([r[5] for r in rows], np.float64), n_regimes=max(16, len(self.tape.regime_names)))
+        price0 = self.tape.close[0, pop.asset.astype(np.int64)]
+        expo = np.array([r[6] for r in rows])
+        pop.units[:] = expo * pop.value0 / price0
+        pop.cash[:] = pop.value0 * (1 - expo)
+        return pop
+
+    def _cohorts(self) -> list[Cohort]:
+        keys: dict[tuple[float, float], list[int]] = {}
+        g = 0
+        for grp in self.scenario.golems:
+            iv = parse_duration(grp.interval) if grp.interval is not None else self.cfg.heartbeat.interval_s
+            st = parse_duration(grp.start)
+            keys.setdefault((float(iv), float(st)), []).extend(range(g, g + grp.count))
+            g += grp.count
+        return [Cohort(iv, st, np.array(sorted(m), dtype=np.int64)) for (iv, st), m in sorted(keys.items())]
+
+    def _latencies(self) -> dict[int, tuple[float, float]]:
+        out = {}
+        spec = {c.name: c for c in self.scenario.clades}
+        for i, name in enumerate(self.clade_names):
+            c = spec.get(name)
+            lat = parse_duration(c.latency) if c and c.latency is not None else self.cfg.clade.latency_s
+            jit = parse_duration(c.jitter) if c and c.jitter is not None else self.cfg.clade.jitter_s
+            out[i] = (float(lat), float(jit))
+        return out
+
+    def _prefill(self) -> None:
+        """Imported memories (untagged, pre-affect) so retrieval scans a full Grimoire from tick 0."""
+        counts = np.zeros(self.pop.n, dtype=np.int64)
+        g = 0
+        for grp in self.scenario.golems:
+            counts[g:g + grp.count] = min(grp.prefill, self.cfg.grimoire.capacity)
+            g += grp.count
+        total = int(counts.sum())
+        if total == 0:
+            return
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(3,)))
+        golem = np.repeat(np.arange(self.pop.n), counts)
+        emb = rng.standard_normal((total, self.gr.dim))
+        day = 86_400_000
+        vals = dict(created_ms=-rng.integers(0, 30 * day, total), last_access_ms=-rng.integers(0, 5 * day, total),
+                    window_ms=np.full(total, 60.0 * day), category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32),
+                    kind=KINDS.index("import"), confidence=rng.uniform(0.3, 0.9, total).astype(np.float32),
+                    importance=rng.uniform(0, 1, total).astype(np.float32),
+                    salience=rng.uniform(0, 0.6, total).astype(np.float32), decay_class=gm.REGIME, has_tag=False,
+                    outcome=rng.uniform(-1, 1, total).astype(np.float32), has_outcome=False, curator_weight=1.0)
+        self.gr.insert(golem, emb, vals)
+
+    # ---------------------------------------------------------------- processes
+    def market(self):
+        """Advance the tape: record each bar as it becomes known (no look-ahead)."""
+        tape = self.tape
+        step_s = (tape.time_ms[1] - tape.time_ms[0]) / 1000 if tape.n_steps > 1 else 300
+        while True:
+            idx = tape.index_at(self.now_ms + self.t0_ms)
+            if idx > self.market_step and self.rec is not None:
+                self._record_market(self.market_step + 1, idx + 1)
+            self.market_step = max(self.market_step, idx)
+            yield self.env.timeout(step_s)
+
+    def heartbeat(self, cohort: Cohort):
+        yield self.env.timeout(cohort.start_s)
+        while True:
+            alive = cohort.members[self.pop.alive[cohort.members]]
+            if alive.size == 0:
+                return
+            obs = self.observe(alive)
+            out = self.mind.tick(alive, obs)
+            self.stats.ticks += out.heartbeats["golem_id"].size if out.heartbeats else 0
+            self.emit(out)
+            yield self.env.timeout(cohort.interval_s)
+
+    def flusher(self):
+        every = self.cfg.recording.flush_every_s
+        while True:
+            yield self.env.timeout(every)
+            self.flush()
+
+    def reporter(self, every_s: float):
+        while True:
+            if self.progress is not None:
+                self.progress(self.env.now, self.stats.ticks, int(self.pop.alive.sum()))
+            yield self.env.timeout(every_s)
+
+    # ---------------------------------------------------------------- plumbing
+    @property
+    def now_ms(self) -> int:
+        return int(round(self.env.now * 1000))
+
+    def observe(self, ix: np.ndarray) -> Observation:
+        tape = self.tape
+        now = self.now_ms
+        i = max(0, tape.index_at(now + self.t0_ms))
+        sev, seen_idx = probe_severity(tape, self.seed, ix, self.pop.asset[ix], now + self.t0_ms)
+        seen = [[(tape.events[e].kind, tape.events[e].severity, tape.events[e].tokens) for e in s] for s in seen_idx]
+        return Observation(now_ms=now, step=i, close=tape.close[i], tvl=tape.tvl[i], gas=float(tape.gas[i]),
+                           gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, seen=seen)
+
+    def emit(self, out: TickOutput) -> None:
+        for push in out.pushes:
+            self.push(push)
+        if self.rec is None:
+            return
+        if out.heartbeats:
+            self._record_heartbeats(out.heartbeats)
+        if out.retrievals:
+            self._record_retrievals(out.retrievals)
+        for rows in out.entries:
+            self._record_entries(rows)
+        if out.events:
+            self._record_events(out.events)
+        for snap in out.snapshots:
+            self._record_snapshot(snap)
+
+    def push(self, push: dict) -> None:
+        """Schedule delivery of a pushed entry to every living sibling after the Clade's latency."""
+        if not self.cfg.clade.enabled:
+            return
+        sender = push["sender"]
+        cl = int(self.pop.clade[sender])
+        sibs = np.flatnonzero((self.pop.clade == cl) & self.pop.alive)
+        sibs = sibs[sibs != sender]
+        if sibs.size == 0:
+            return
+        entry = cladem.capture(self.gr, push["slot"])
+        lat, jit = self.latency[cl]
+        u = hash_uniform_array(self.seed, sibs, push["entry_id"], 11)
+        delays = np.maximum(lat + jit * u, 0.001)
+        self.stats.pushes += 1
+        for r, dly in zip(sibs, delays):
+            ev = self.env.timeout(float(dly))
+            ev.callbacks.append(lambda _e, r=int(r), dly=float(dly): self.deliver(r, sender, entry, push["alert_type"], dly))
+
+    def deliver(self, receiver: int, sender: int, entry: dict, alert_type: str, delay_s: float) -> None:
+        if not self.pop.alive[receiver] or receiver == sender:
+            return  # a dead Golem receives nothing
+        row = cladem.receive(self.mind, receiver, sender, entry, alert_type, self.now_ms, int(round(delay_s * 1000)),
+                             self.cfg.clade.contagion_attenuation)
+        self.stats.deliveries += 1
+        if self.rec is not None:
+            self._record_events([row])
+
+    def flush(self) -> None:
+        if self.rec is not None:
+            self.rec.flush()
+
+    def run(self, until_s: float) -> None:
+        self.env.process(self.market())
+        for c in self.cohorts:
+            self.env.process(self.heartbeat(c))
+        if self.rec is not None:
+            self.env.process(self.flusher())
+        if self.progress is not None:
+            self.env.process(self.reporter(max(until_s / 200, 300)))
+        self.env.run(until=until_s)
+        # the bar at the end time is part of the run
+        if self.rec is not None:
+            idx = self.tape.index_at(self.now_ms + self.t0_ms)
+            if idx > self.market_step:
+                self._record_market(self.market_step + 1, idx + 1)
+            self.flush()
+
+    # ---------------------------------------------------------------- rows
+    def _record_market(self, lo: int, hi: int) -> None:
+        t = self.tape
+        lo = max(lo, 0)
+        if hi <= lo:
+            return
+        A = len(t.assets)
+        steps = np.repeat(np.arange(lo, hi), A)
+        aidx = np.tile(np.arange(A), hi - lo)
+        self.rec.add("market", dict(
+            time_ms=t.time_ms[steps], step=steps, asset=np.array(t.assets, dtype=object)[aidx],
+            open=t.open[steps, aidx], high=t.high[steps, aidx], low=t.low[steps, aidx], close=t.close[steps, aidx],
+            volume=t.volume[steps, aidx], tvl=t.tvl[steps, aidx], gas=t.gas[steps], funding_rate=t.funding[steps],
+            regime=np.array(t.regime_names, dtype=object)[t.regime[steps]]))
+
+    def _record_heartbeats(self, h: dict) -> None:
+        emo = np.array(padm.EMOTION_CODES, dtype=object)
+        self.rec.add("heartbeats", dict(
+            h, emotion=emo[h["emotion"]], label=np.array(gm.LABELS, dtype=object)[h["label"]],
+            tier=np.array(TIERS, dtype=object)[h["tier"]], phase=np.array(PHASES, dtype=object)[h["phase"]],
+            regime=np.array(self.tape.regime_names, dtype=object)[h["regime"]],
+            probe=np.array(SEVERITIES, dtype=object)[h["probe"]]))
+
+    def _record_retrievals(self, r: dict) -> None:
+        served = r["ids"] >= 0
+        n = served.shape[0]
+        mode = self.cfg.retrieval.salience_rank
+
+        def lists(a, mask=served):
+            return [row[m].tolist() for row, m in zip(a, mask)]
+        shadow = None if mode == "off" else lists(r["shadow_ids"], r["shadow_ids"] >= 0)
+        self.rec.add("retrievals", dict(
+            time_ms=r["time_ms"], golem_id=r["golem_id"], clade_id=self.pop.clade[r["golem_id"]], tick=r["tick"],
+            profile=[self.cfg.retrieval.profile] * n, query_p=r["query_p"], query_a=r["query_a"], query_d=r["query_d"],
+            ids=lists(r["ids"]), scores=lists(r["scores"]), semantic=lists(r["factors"][:, :, 0]),
+            temporal=lists(r["factors"][:, :, 1]), importance=lists(r["factors"][:, :, 2]),
+            emotional=lists(r["factors"][:, :, 3]), valences=lists(r["valences"]),
+            salience_shadow=shadow if shadow is not None else [None] * n, pool_n=r["pool_n"],
+            pool_mean_emotional=r["pool_mean_emotional"], pool_mean_valence=r["pool_mean_valence"],
+            served_mean_emotional=r["served_mean_emotional"], served_mean_valence=r["served_mean_valence"],
+            anti_rumination=r["anti_rumination"], low_conf_ids=lists(r["low_conf_ids"], r["low_conf_ids"] >= 0),
+            reactivated=r["reactivated"], memory_signal=r["memory_signal"], cache_served=r["cache_served"],
+            contrarian_ids=r.get("contrarian_ids", [[] for _ in range(n)]),
+            contrarian_changed=r.get("contrarian_changed", np.zeros(n, dtype=bool))))
+
+    def _record_entries(self, e: dict) -> None:
+        n = e["id"].size
+        if n == 0:
+            return
+        assets = np.array(self.tape.assets, dtype=object)
+        kinds = np.array(KINDS, dtype=object)[e["kind"]]
+        topic = e["topic_name"]
+        outc = e["outcome"]
+        content = [f"{k} {t}: outcome {o:+.2f}" if ho else f"{k} {t}"
+                   for k, t, o, ho in zip(kinds, topic, outc, e["has_outcome"])]
+        self.rec.add("entries", dict(
+            id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
+            tick=e["tick"], category=np.array(gm.CATEGORIES, dtype=object)[e["category"]], topic=topic,
+            scope=assets[np.clip(e["scope"], 0, len(assets) - 1)], kind=kinds, event_kind=e["event_kind"],
+            content=content, confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
+            decay_class=np.array(gm.DECAY_CLASSES, dtype=object)[e["decay_class"]], ttl_days=e["ttl_days"],
+            window_days=e["window_ms"] / 86_400_000, has_tag=e["has_tag"], p=e["p"], a=e["a"], d=e["d"],
+            emotion=np.array(padm.EMOTION_CODES, dtype=object)[e["emotion"]], intensity=e["i0"],
+            label=np.array(gm.LABELS, dtype=object)[e["label"]],
+            attribution=np.array(gm.ATTRIBUTIONS, dtype=object)[e["attribution"]], arousal_bias=e["arousal_bias"],
+            flashbulb=e["flashbulb"], provenance=e["provenance"], outcome=e["outcome"], has_outcome=e["has_outcome"],
+            role=np.array(gm.ROLES, dtype=object)[e["role"]], recall_mode=["normal"] * n))
+
+    def _record_events(self, events: list[dict]) -> None:
+        seq = np.arange(self.event_seq, self.event_seq + len(events))
+        self.event_seq += len(events)
+        self.stats.events += len(events)
+        cols = {k: [ev[k] for ev in events] for k in ("time_ms", "golem_id", "clade_id", "tick", "kind", "entry_id",
+                                                      "other_golem", "value")}
+        cols["payload"] = [json.dumps(ev["payload"], sort_keys=True, default=float) for ev in events]
+        self.rec.add("events", dict(cols, seq=seq))
+
+    def _record_snapshot(self, s: dict) -> None:
+        A = len(self.tape.assets)
+        self.rec.add("snapshots", dict(
+            flashbulb_id=[s["flashbulb_id"]] * A, golem_id=[s["golem_id"]] * A, time_ms=[s["time_ms"]] * A,
+            step=[s["step"]] * A, asset=list(self.tape.assets), close=s["close"], tvl=s["tvl"], gas=[s["gas"]] * A,
+            regime=[self.tape.regime_names[s["regime"]]] * A, held=[a == s["position_asset"] for a in range(A)],
+            position_exposure=[s["position_exposure"] if a == s["position_asset"] else 0.0 for a in range(A)],
+            links=[list(s["links"])] * A))
+
+    def record_tape_events(self) -> None:
+        t = self.tape
+        if not t.events:
+            return
+        sev = ("none", "low", "medium", "high")
+        self.rec.add("tape_events", dict(
+            time_ms=[e.time_ms for e in t.events], kind=[e.kind for e in t.events],
+            asset=[t.assets[e.asset] if e.asset >= 0 else "*" for e in t.events],
+            severity=[sev[e.severity] for e in t.events], impact=[e.impact for e in t.events],
+            duration_ms=[e.duration_ms for e in t.events], tokens=[e.tokens for e in t.events],
+            detect_lag_ms=[e.detect_lag_ms for e in t.events], detect_jitter_ms=[e.detect_jitter_ms for e in t.events],
+            early_detectors=[list(e.early_detectors) for e in t.events]))
