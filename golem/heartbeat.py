@@ -215,11 +215,11 @@ class Mind:
         t = pop.tick[ix]
         past = pop.price_hist[ix, (t - dc.trend_window) % HIST]
         mom = np.where(np.isnan(past) | (t < dc.trend_window), 0.0, s["price"] / np.where(np.isnan(past), 1, past) - 1.0)
-        trend = np.tanh(dc.trend_scale * mom)
+        trend = np.tanh(dc.trend_scale * pop.trend_scale[ix] * mom)
         strat = pop.strategy[ix]
         base_sig = np.select([strat == 0, strat == 1], [trend, -trend], 1.0)
-        signal = 0.5 * base_sig + dc.memory_weight * mem
-        target = np.clip(0.5 + signal, 0.0, dc.max_exposure)
+        signal = 0.5 * base_sig + dc.memory_weight * pop.memory_weight[ix] * mem
+        target = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
         target = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], target)
         target = np.where((s["sev"] >= 3) & s["held"], 0.0, target)   # a high probe on a held asset: get out
         target = target * mortality.PHASE_EXPOSURE[pop.phase[ix]]
@@ -240,7 +240,7 @@ class Mind:
             valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, c["id"][safe], -1),
             reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy())
         return dict(query=query, topic=topic, target=target, mem=mem, base_sig=base_sig, tier=tier,
-                    exp_sign=np.sign(signal).astype(np.int8), nserved=nserved, val=val)
+                    nserved=nserved, val=val)
 
     # ------------------------------------------------------------------ ACTING
     def act(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict) -> dict:
@@ -423,7 +423,9 @@ class Mind:
         pop.last_regime[ix] = obs.regime
         pop.regime_seen[ix, obs.regime] = pop.tick[ix]
         pop.ctx[ix] = dd["query"]
-        pop.exp_sign[ix] = dd["exp_sign"]
+        # the decision's expected sign is the bet it holds: long-only Golems holding a position expect
+        # the price to rise; a flat Golem has nothing at stake and no prediction to be right about
+        pop.exp_sign[ix] = (ac["exposure_after"] > 0.1).astype(np.int8)
         pop.last_mem[ix] = dd["mem"]
         v = mortality.vitality(pop.budget[ix], pop.budget0[ix], ac["value_after"], pop.value0[ix])
         phase = mortality.phase_of(v, self.cfg) if self.cfg.mortality.enabled else np.zeros(ix.size, np.int8)

@@ -28,6 +28,9 @@ class Population:
     budget0: np.ndarray
     value0: np.ndarray
     n_regimes: int = 16
+    trend_scale: np.ndarray | None = None   # per-Golem strategy parameters (individual differences)
+    memory_weight: np.ndarray | None = None
+    risk: np.ndarray | None = None          # scales the maximum exposure
     golem_id: np.ndarray = field(init=False)
     pad: np.ndarray = field(init=False)            # (n, 3) float64
     cash: np.ndarray = field(init=False)
@@ -68,6 +71,9 @@ class Population:
 
     def __post_init__(self) -> None:
         n = self.n
+        self.trend_scale = np.ones(n) if self.trend_scale is None else self.trend_scale
+        self.memory_weight = np.ones(n) if self.memory_weight is None else self.memory_weight
+        self.risk = np.ones(n) if self.risk is None else self.risk
         self.golem_id = np.arange(n, dtype=np.int64)
         self.pad = np.array(self.baseline, dtype=np.float64, copy=True)
         self.cash = np.zeros(n)

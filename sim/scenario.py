@@ -21,16 +21,18 @@ class InputError(Exception):
 
 
 def parse_duration(v: Any) -> float:
-    """Seconds from a number or a string with a unit: '90m', '36h', '30d', '45s'."""
+    """Seconds from a number or a string with units: '90m', '36h', '30d', '45s', '3d2h'."""
     if isinstance(v, bool):
         raise ValueError("expected a duration: seconds, or a string such as '90m', '36h', '30d'")
     if isinstance(v, (int, float)):
         secs = float(v)
     elif isinstance(v, str):
-        m = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+)\s*(ms|s|min|m|h|d|w)?\s*", v)
-        if not m:
-            raise ValueError(f"expected a duration such as '90m', '36h', '30d', got {v!r}")
-        secs = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        text = v.replace(" ", "")
+        parts = re.findall(r"(-?[0-9]*\.?[0-9]+)(ms|min|s|m|h|d|w)?", text)
+        if not text or not re.fullmatch(r"((-?[0-9]*\.?[0-9]+)(ms|min|s|m|h|d|w)?)+", text) or \
+                (len(parts) > 1 and any(not u for _, u in parts)):
+            raise ValueError(f"expected a duration such as '90m', '36h', '30d' or '3d2h', got {v!r}")
+        secs = sum(float(n) * _UNITS[u or "s"] for n, u in parts)
     else:
         raise ValueError("expected a duration: seconds, or a string such as '90m', '36h', '30d'")
     if secs < 0:
@@ -192,6 +194,7 @@ class GolemGroup(_M):
     interval: Any = None                # heartbeat cadence; default heartbeat.interval_s
     start: Any = 0                      # first heartbeat
     prefill: int = Field(0, ge=0)       # memories written before the run (imports: untagged)
+    spread: float = Field(0.15, ge=0, le=1)  # individual differences: temperament, trend scale, memory weight, risk
 
     @field_validator("temperament")
     @classmethod

@@ -71,16 +71,25 @@ class World:
     def _population(self) -> Population:
         sc = self.scenario
         rows = []
+        gid = 0
         for grp in sc.golems:
             a = self.tape.asset_index(grp.asset) if grp.asset else 0
             for _ in range(grp.count):
-                rows.append((self.clade_names.index(grp.clade), a, STRATEGIES.index(grp.strategy), grp.temperament,
-                             grp.budget, grp.capital, grp.exposure))
+                # individual differences, drawn from the Golem's own stream (seed, golem id)
+                rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(1, gid)))
+                z = rng.standard_normal(5) * grp.spread
+                temperament = np.clip(np.asarray(grp.temperament) + 0.3 * z[:3], -1, 1)
+                rows.append((self.clade_names.index(grp.clade), a, STRATEGIES.index(grp.strategy), temperament,
+                             grp.budget, grp.capital, grp.exposure, np.exp(z[3]), np.exp(z[4]),
+                             float(np.exp(-abs(z[3] - z[4]) / 2))))
+                gid += 1
         n = len(rows)
         pop = Population(n=n, clade=np.array([r[0] for r in rows], np.int32), clade_names=self.clade_names,
                          asset=np.array([r[1] for r in rows], np.int16), strategy=np.array([r[2] for r in rows], np.int8),
                          baseline=np.array([r[3] for r in rows], np.float64), budget0=np.array([r[4] for r in rows]),
-                         value0=np.array([r[5] for r in rows], np.float64), n_regimes=max(16, len(self.tape.regime_names)))
+                         value0=np.array([r[5] for r in rows], np.float64), n_regimes=max(16, len(self.tape.regime_names)),
+                         trend_scale=np.array([r[7] for r in rows]), memory_weight=np.array([r[8] for r in rows]),
+                         risk=np.array([r[9] for r in rows]))
         price0 = self.tape.close[0, pop.asset.astype(np.int64)]
         expo = np.array([r[6] for r in rows])
         pop.units[:] = expo * pop.value0 / price0

@@ -1,0 +1,489 @@
+"""Emotional bias drift (SPEC §14): polars over the Parquet tables of one or many run directories.
+
+Every function takes `runs`: a run directory, a sweep directory (a folder whose sub-folders are run
+directories) or a list of either, and returns a polars LazyFrame (call `.collect()`), so a notebook can
+filter or join before anything is read. Every frame carries a `run` column (the run directory's
+name), so the same code serves one run, an A/B pair or a whole sweep. Nothing loops over rows in
+Python: the metrics are expressions over `pl.scan_parquet(run/"table"/"*.parquet")`.
+
+The retrieval table already carries the eligible pool's size, mean emotional factor and mean valence
+next to the served ones (SPEC §13), so no metric here re-scores memory.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Sequence, Union
+
+import polars as pl
+
+from sim.recorder import SCHEMAS
+from sim.scenario import parse_duration
+
+RunLike = Union[str, Path, Sequence[Union[str, Path]]]
+KEY = ("run", "golem_id")
+ACTIVITY_KINDS = ("curator", "contrarian", "dream", "reflex")
+
+CONTAGION_PAYLOAD = pl.Struct({"alert_type": pl.String, "signal": pl.String, "latency_ms": pl.Int64,
+                               "sender_entry": pl.Int64, "pad_before": pl.List(pl.Float64),
+                               "pad_after": pl.List(pl.Float64), "tag": pl.List(pl.Float64)})
+DEATH_PAYLOAD = pl.Struct({"cause": pl.String, "value": pl.Float64, "budget": pl.Float64})
+
+
+# ---------------------------------------------------------------------------------- loading
+def _is_run(p: Path) -> bool:
+    return (p / "manifest.json").exists() or (p / "heartbeats").is_dir()
+
+
+def run_dirs(runs: RunLike) -> list[Path]:
+    """Resolve `runs` to run directories: a run, a sweep folder of runs, or a list of either."""
+    items = [runs] if isinstance(runs, (str, Path)) else list(runs)
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if _is_run(p):
+            out.append(p)
+        elif p.is_dir():
+            subs = sorted(q for q in p.iterdir() if q.is_dir() and _is_run(q))
+            if not subs:
+                raise FileNotFoundError(f"{p}: neither a run directory nor a folder of runs")
+            out.extend(subs)
+        else:
+            raise FileNotFoundError(f"{p}: no such run directory")
+    return out
+
+
+def _names(dirs: list[Path]) -> list[str]:
+    names = [d.name for d in dirs]
+    return names if len(set(names)) == len(names) else [str(d) for d in dirs]
+
+
+def scan_table(run: str | Path, table: str) -> pl.LazyFrame:
+    """One table of one run, lazily; an absent or empty table is an empty frame of the right schema."""
+    folder = Path(run) / table
+    if not any(folder.glob("part-*.parquet")):
+        return pl.from_arrow(SCHEMAS[table].empty_table()).lazy()
+    return pl.scan_parquet(folder / "*.parquet")
+
+
+def scan_runs(runs: RunLike, table: str) -> pl.LazyFrame:
+    """The helper for several runs: `table` of every run stacked, with a leading `run` column."""
+    dirs = run_dirs(runs)
+    frames = [scan_table(d, table).select(pl.lit(n).alias("run"), pl.all()) for d, n in zip(dirs, _names(dirs))]
+    return pl.concat(frames, how="vertical")
+
+
+def manifest(run: str | Path) -> dict:
+    p = Path(run) / "manifest.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def clade_names(run: str | Path) -> dict[int, str]:
+    """Clade index -> name, in the order the world assigns them (declared clades, then first use)."""
+    sc = manifest(run).get("scenario") or {}
+    names = [c["name"] for c in sc.get("clades", [])]
+    for g in sc.get("golems", []):
+        if g.get("clade", "clade-0") not in names:
+            names.append(g.get("clade", "clade-0"))
+    return dict(enumerate(names))
+
+
+def _ms(every: str | int | float) -> int:
+    """A bucket width as milliseconds: an int is ms already; a string is a duration ('6h', '30m')."""
+    return int(every) if isinstance(every, (int, float)) else int(parse_duration(every) * 1000)
+
+
+def _bucket(col: str, every_ms: int) -> pl.Expr:
+    return (pl.col(col) // every_ms) * every_ms
+
+
+def _nan_null(*cols: str) -> list[pl.Expr]:
+    return [pl.col(c).fill_nan(None) for c in cols]
+
+
+# ---------------------------------------------------------------------------------- retrieval bias
+def retrieval_bias(runs: RunLike) -> pl.LazyFrame:
+    """Both per-retrieval biases side by side, one row per retrieval tick with a non-empty pool.
+
+    mood_congruence = served_mean_emotional - pool_mean_emotional; valence_bias = served_mean_valence -
+    pool_mean_valence. Ticks without a pool (no memories yet) are dropped rather than counted as 0,
+    because 'no retrieval' is not 'no bias'.
+    """
+    r = scan_runs(runs, "retrievals").with_columns(
+        *_nan_null("served_mean_emotional", "pool_mean_emotional", "served_mean_valence", "pool_mean_valence"))
+    return (r.filter((pl.col("pool_n") > 0) & pl.col("served_mean_emotional").is_not_null()
+                     & pl.col("pool_mean_emotional").is_not_null())
+            .select("run", "golem_id", "clade_id", "tick", "time_ms", "pool_n", pl.col("ids").list.len().alias("k"),
+                    (pl.col("served_mean_emotional") - pl.col("pool_mean_emotional")).alias("mood_congruence"),
+                    (pl.col("served_mean_valence") - pl.col("pool_mean_valence")).alias("valence_bias"),
+                    "anti_rumination",
+                    pl.col("contrarian_ids").list.len().alias("n_contrarian"), "contrarian_changed")
+            .sort("run", "golem_id", "tick"))
+
+
+def mood_congruence(runs: RunLike) -> pl.LazyFrame:
+    """Mood-congruence index per retrieval tick (SPEC §14): mean emotional factor of the served top-k
+    minus that of the whole eligible pool. 0 = mood does not bias recall; > 0 = recall favours
+    memories whose tag resembles the current mood."""
+    return retrieval_bias(runs).select("run", "golem_id", "clade_id", "tick", "time_ms", "mood_congruence")
+
+
+def retrieval_valence_bias(runs: RunLike) -> pl.LazyFrame:
+    """Retrieval valence bias per tick: mean P of the served entries minus mean P of the pool
+    (untagged count as 0 in both). < 0 = recall darker than the Grimoire it draws from."""
+    return retrieval_bias(runs).select("run", "golem_id", "clade_id", "tick", "time_ms", "valence_bias")
+
+
+def bias_over_time(runs: RunLike, every: str | int = "1h", by: Sequence[str] = ()) -> pl.LazyFrame:
+    """Population distribution of both biases per time bucket (mean, median, quartiles), optionally per
+    extra keys (e.g. by=["clade_id"]): the drift curve the notebooks and the report plot."""
+    ms = _ms(every)
+    keys = ["run", *by, "bucket_ms"]
+    aggs = []
+    for m in ("mood_congruence", "valence_bias"):
+        c = pl.col(m)
+        aggs += [c.mean().alias(f"{m}_mean"), c.median().alias(f"{m}_median"),
+                 c.quantile(0.25).alias(f"{m}_q25"), c.quantile(0.75).alias(f"{m}_q75")]
+    return (retrieval_bias(runs).with_columns(_bucket("time_ms", ms).alias("bucket_ms"))
+            .group_by(keys).agg(pl.len().alias("n"), *aggs).sort(keys))
+
+
+def lock_in_episodes(runs: RunLike, metric: str = "mood_congruence", threshold: float = 0.4,
+                     min_ticks: int = 12, side: str = "above") -> pl.LazyFrame:
+    """Runs of consecutive ticks of one Golem whose bias stays past a threshold: emotional lock-in.
+
+    side 'above' flags metric > threshold, 'below' flags metric < -threshold, 'abs' flags |metric| >
+    threshold. A run breaks at a tick without a retrieval (the tick sequence has a gap). One row per
+    episode of at least `min_ticks` ticks: start/end tick and time, length, mean and peak bias.
+    """
+    m = pl.col(metric)
+    flag = {"above": m > threshold, "below": m < -threshold, "abs": m.abs() > threshold}[side]
+    g = list(KEY)
+    b = retrieval_bias(runs).with_columns(flag.alias("_flag"))
+    brk = ((pl.col("_flag") != pl.col("_flag").shift(1)) | (pl.col("tick") != pl.col("tick").shift(1) + 1)).over(g)
+    peak = m.abs().arg_max()
+    return (b.with_columns(brk.fill_null(True).cum_sum().over(g).alias("_seg"))
+            .filter(pl.col("_flag"))
+            .group_by("run", "golem_id", "_seg")
+            .agg(pl.col("clade_id").first(), pl.col("tick").min().alias("start_tick"),
+                 pl.col("tick").max().alias("end_tick"), pl.col("time_ms").min().alias("start_ms"),
+                 pl.col("time_ms").max().alias("end_ms"), pl.len().alias("length"),
+                 m.mean().alias("mean_bias"), m.get(peak).alias("peak_bias"))
+            .filter(pl.col("length") >= min_ticks)
+            .drop("_seg").sort("run", "golem_id", "start_tick"))
+
+
+def bias_summary(runs: RunLike, threshold: float = 0.4, min_ticks: int = 12) -> pl.LazyFrame:
+    """One row per run: mean biases, and how much of the run Golems spent locked in."""
+    rb = retrieval_bias(runs).group_by("run").agg(
+        pl.len().alias("retrievals"), pl.col("golem_id").n_unique().alias("golems"),
+        pl.col("mood_congruence").mean().alias("mean_mood_congruence"),
+        pl.col("valence_bias").mean().alias("mean_valence_bias"))
+    ep = lock_in_episodes(runs, threshold=threshold, min_ticks=min_ticks).group_by("run").agg(
+        pl.len().alias("lock_in_episodes"), pl.col("length").sum().alias("lock_in_ticks"),
+        pl.col("length").max().alias("longest_lock_in"))
+    return (rb.join(ep, on="run", how="left")
+            .with_columns(pl.col("lock_in_episodes", "lock_in_ticks", "longest_lock_in").fill_null(0))
+            .with_columns((pl.col("lock_in_ticks") / pl.col("retrievals")).alias("lock_in_share")).sort("run"))
+
+
+# ---------------------------------------------------------------------------------- Grimoire
+def grimoire_valence_skew(runs: RunLike, every: str | int = "6h", own_only: bool = False) -> pl.LazyFrame:
+    """Valence of what each Golem has written, over time.
+
+    Per Golem and creation-time bucket: bucket_mean_p = sum(P of tagged entries) / entries in the
+    bucket, and running_mean_p, the same ratio over everything written up to the bucket's end;
+    untagged entries count in the denominator with P = 0 (SPEC §2.5), as in the curator's balance.
+    running_neg_share is the share of entries with P < 0. Buckets without writes have no row.
+    own_only drops inherited copies (provenance >= 0), to separate a Golem's own drift from contagion.
+    """
+    ms = _ms(every)
+    e = scan_runs(runs, "entries")
+    if own_only:
+        e = e.filter(pl.col("provenance") < 0)
+    tp = pl.when(pl.col("has_tag")).then(pl.col("p")).otherwise(0.0)
+    g = list(KEY)
+    return (e.with_columns(_bucket("created_ms", ms).alias("bucket_ms"))
+            .group_by("run", "golem_id", "bucket_ms")
+            .agg(pl.col("clade_id").first(), pl.len().alias("n"), pl.col("has_tag").sum().alias("n_tagged"),
+                 tp.sum().alias("sum_p"), (tp < 0).sum().alias("n_neg"))
+            .sort("run", "golem_id", "bucket_ms")
+            .with_columns((pl.col("sum_p") / pl.col("n")).alias("bucket_mean_p"),
+                          (pl.col("sum_p").cum_sum() / pl.col("n").cum_sum()).over(g).alias("running_mean_p"),
+                          (pl.col("n_neg").cum_sum() / pl.col("n").cum_sum()).over(g).alias("running_neg_share"),
+                          pl.col("n").cum_sum().over(g).alias("n_total"))
+            .drop("sum_p", "n_neg"))
+
+
+def access_counts(runs: RunLike) -> pl.LazyFrame:
+    """Times each entry was served (= its access_count, which the entries table does not carry)."""
+    return (scan_runs(runs, "retrievals").select("run", pl.col("ids").alias("id")).explode("id")
+            .drop_nulls("id").filter(pl.col("id") >= 0).group_by("run", "id").agg(pl.len().alias("access_count")))
+
+
+def grimoire_map(runs: RunLike, golems: Sequence[int] | None = None) -> pl.LazyFrame:
+    """Entries placed on a 2-D map for the Grimoire plot (SPEC §14).
+
+    The entries table has no embedding, so the map uses the emotional-tag plane: x = P, y = A of the
+    tag (untagged entries at the origin), the coordinates along which mood biases recall. Entries
+    sharing a tag are spread by a small deterministic jitter derived from the id. glow = salience;
+    colour = the [S] label; core = heat: the log-scaled access count (log1p(n)/log1p(max n) per
+    Golem, as the curator's heat is defined), or importance when no retrievals were recorded.
+    """
+    e = scan_runs(runs, "entries")
+    if golems is not None:
+        e = e.filter(pl.col("golem_id").is_in(list(golems)))
+    ac = access_counts(runs)
+    h = pl.col("id").hash(7)
+    jx = ((h % 1000).cast(pl.Float64) / 1000 - 0.5) * 0.03
+    jy = (((h // 1000) % 1000).cast(pl.Float64) / 1000 - 0.5) * 0.03
+    tag = pl.col("has_tag")
+    lg = pl.col("access_count").fill_null(0).log1p()
+    return (e.join(ac, on=["run", "id"], how="left")
+            .with_columns((pl.when(tag).then(pl.col("p")).otherwise(0.0) + jx).alias("x"),
+                          (pl.when(tag).then(pl.col("a")).otherwise(0.0) + jy).alias("y"),
+                          pl.col("access_count").fill_null(0))
+            .with_columns(pl.when(pl.col("access_count").sum().over(KEY) > 0)
+                          .then(lg / lg.max().over(KEY).clip(lower_bound=1e-12))
+                          .otherwise(pl.col("importance")).alias("heat"))
+            .select("run", "golem_id", "clade_id", "id", "created_ms", "x", "y", "salience", "label", "heat",
+                    "access_count", "importance", "category", "flashbulb", "provenance")
+            .sort("run", "golem_id", "id"))
+
+
+# ---------------------------------------------------------------------------------- contrarian
+def contrarian_effect(runs: RunLike, window: int = 12) -> pl.LazyFrame:
+    """Every retrieval that carried a contrarian ("potentially overlooked") section (SPEC §4.4).
+
+    Per pass: how many overlooked entries were shown, whether the decision changed
+    (contrarian_changed), and the mean biases over the `window` retrievals before it and the
+    `window` after it, so the effect of the pass on lock-in can be read per pass or averaged.
+    Empty while the engine records no contrarian section.
+    """
+    g = list(KEY)
+    cols = []
+    for m in ("mood_congruence", "valence_bias"):
+        c = pl.col(m)
+        cols += [c.shift(1).rolling_mean(window, min_samples=1).over(g).alias(f"{m}_before"),
+                 # reversed trailing mean = leading mean over ticks i+1 .. i+window (shorter near the end)
+                 c.reverse().shift(1).rolling_mean(window, min_samples=1).reverse().over(g).alias(f"{m}_after")]
+    return (retrieval_bias(runs).with_columns(*cols)
+            .filter(pl.col("n_contrarian") > 0)
+            .select("run", "golem_id", "clade_id", "tick", "time_ms", "n_contrarian",
+                    pl.col("contrarian_changed").alias("changed"), "mood_congruence",
+                    "mood_congruence_before", "mood_congruence_after", "valence_bias_before", "valence_bias_after"))
+
+
+def contrarian_summary(runs: RunLike, window: int = 12) -> pl.LazyFrame:
+    """Per run: contrarian passes, the share that changed a decision, and bias before vs after."""
+    c = contrarian_effect(runs, window)
+    dirs = run_dirs(runs)
+    return (pl.LazyFrame({"run": _names(dirs)})
+            .join(c.group_by("run").agg(
+                pl.len().alias("passes"), pl.col("changed").sum().alias("changed"),
+                pl.col("mood_congruence_before").mean().alias("mc_before"),
+                pl.col("mood_congruence_after").mean().alias("mc_after"),
+                pl.col("valence_bias_before").mean().alias("vb_before"),
+                pl.col("valence_bias_after").mean().alias("vb_after")), on="run", how="left")
+            .with_columns(pl.col("passes", "changed").fill_null(0))
+            .with_columns((pl.col("changed") / pl.col("passes")).alias("changed_share"),
+                          (pl.col("mc_after") - pl.col("mc_before")).alias("mc_delta"))
+            .sort("run"))
+
+
+# ---------------------------------------------------------------------------------- contagion
+def golem_clades(runs: RunLike) -> pl.LazyFrame:
+    """(run, golem_id) -> clade_id, from the heartbeats (a Golem never changes Clade)."""
+    return scan_runs(runs, "heartbeats").group_by(*KEY).agg(pl.col("clade_id").first())
+
+
+def contagion_waves(runs: RunLike) -> pl.LazyFrame:
+    """One row per contagion delivery (events kind 'contagion', SPEC §2.7 and §9).
+
+    sender = other_golem; sent_ms = delivery time - latency; da/dp = the receiver's arousal/pleasure
+    shift at delivery (pad_after - pad_before). clade_distance is 0 within the sender's Clade and 1
+    across Clades. A push is identified by (run, sender, sender_entry).
+    """
+    ev = scan_runs(runs, "events").filter(pl.col("kind") == "contagion")
+    pl_ = pl.col("payload").str.json_decode(CONTAGION_PAYLOAD)
+    gc = golem_clades(runs).rename({"golem_id": "sender", "clade_id": "sender_clade"})
+    return (ev.select("run", "time_ms", pl.col("golem_id").alias("receiver"), pl.col("clade_id").alias("receiver_clade"),
+                      pl.col("other_golem").alias("sender"), "entry_id", pl_.alias("pl"))
+            .unnest("pl")
+            .join(gc, on=["run", "sender"], how="left")
+            .with_columns(pl.col("latency_ms").fill_null(0))
+            .select("run", (pl.col("time_ms") - pl.col("latency_ms")).alias("sent_ms"), "time_ms", "sender",
+                    "sender_clade", "sender_entry", "receiver", "receiver_clade",
+                    (pl.col("receiver_clade") != pl.col("sender_clade")).cast(pl.Int8).alias("clade_distance"),
+                    "alert_type", "signal", "latency_ms",
+                    pl.col("tag").list.get(0, null_on_oob=True).alias("tag_p"),
+                    pl.col("tag").list.get(1, null_on_oob=True).alias("tag_a"),
+                    pl.col("pad_before").list.get(0, null_on_oob=True).alias("p_before"),
+                    pl.col("pad_before").list.get(1, null_on_oob=True).alias("a_before"),
+                    pl.col("pad_after").list.get(0, null_on_oob=True).alias("p_after"),
+                    pl.col("pad_after").list.get(1, null_on_oob=True).alias("a_after"))
+            .with_columns((pl.col("a_after") - pl.col("a_before")).alias("da"),
+                          (pl.col("p_after") - pl.col("p_before")).alias("dp"))
+            .sort("run", "time_ms", "receiver"))
+
+
+def contagion_pushes(runs: RunLike) -> pl.LazyFrame:
+    """Per push: receivers reached, their mean/max arousal shift, latency range and Clades touched."""
+    return (contagion_waves(runs)
+            .group_by("run", "sender", "sender_entry", "sent_ms", "alert_type", "signal")
+            .agg(pl.len().alias("receivers"), pl.col("da").mean().alias("mean_da"), pl.col("da").max().alias("max_da"),
+                 pl.col("dp").mean().alias("mean_dp"), pl.col("latency_ms").min().alias("min_latency_ms"),
+                 pl.col("latency_ms").max().alias("max_latency_ms"),
+                 pl.col("receiver_clade").n_unique().alias("clades"))
+            .sort("run", "sent_ms", "sender"))
+
+
+def contagion_response(runs: RunLike, before: str | int = "1h", after: str | int = "6h",
+                       alert_type: str | None = "flashbulb") -> pl.LazyFrame:
+    """The wave: each receiver's heartbeat PAD around every delivery, on a time axis relative to the
+    delivery (rel_ms), so arousal shift can be averaged by latency and clade distance."""
+    b, a = _ms(before), _ms(after)
+    w = contagion_waves(runs)
+    if alert_type is not None:
+        w = w.filter(pl.col("alert_type") == alert_type)
+    hb = scan_runs(runs, "heartbeats").select("run", pl.col("golem_id").alias("receiver"),
+                                               pl.col("time_ms").alias("hb_ms"), "p", "a", "d")
+    return (w.select("run", "sender", "sender_entry", "sent_ms", "time_ms", "receiver", "clade_distance", "latency_ms",
+                     "da")
+            .join(hb, on=["run", "receiver"], how="inner")
+            .with_columns((pl.col("hb_ms") - pl.col("time_ms")).alias("rel_ms"))
+            .filter(pl.col("rel_ms").is_between(-b, a))
+            .sort("run", "sent_ms", "receiver", "rel_ms"))
+
+
+# ---------------------------------------------------------------------------------- salience rank
+def salience_rank_lift(runs: RunLike) -> pl.LazyFrame:
+    """Served (plain) vs salience-shadow top-k, per retrieval (SPEC §4.2, §14).
+
+    For each list: mean salience, how many of its entries carry an outcome (those are the entries a
+    decision acts on: DECIDING weighs served entries with outcomes, acted_on_count += 1), and the
+    mean outcome of those, i.e. the unweighted memory signal that list would give. next_return is
+    the Golem's realised P&L over its next tick as a fraction of value: the result of the decision.
+    A hit is a memory signal whose sign matches next_return. In shadow mode nothing differs when
+    the lists coincide (overlap == k), so `reordered` marks the retrievals the multiplier changed.
+    """
+    r = scan_runs(runs, "retrievals").filter(pl.col("ids").list.len() > 0).select(
+        "run", "golem_id", "clade_id", "tick", "time_ms", "ids", "salience_shadow")
+    ent = scan_runs(runs, "entries").select("run", "id", "salience", "has_outcome", "outcome")
+    out = r.select("run", "golem_id", "clade_id", "tick", "time_ms", pl.col("ids").list.len().alias("k"),
+                   pl.col("ids").list.set_intersection("salience_shadow").list.len().alias("overlap"),
+                   (pl.col("ids") != pl.col("salience_shadow")).alias("reordered"))
+    for name, col in (("served", "ids"), ("shadow", "salience_shadow")):
+        side = (r.select("run", "golem_id", "tick", pl.col(col).alias("id")).explode("id")
+                .filter(pl.col("id") >= 0).join(ent, on=["run", "id"], how="left")
+                .group_by("run", "golem_id", "tick")
+                .agg(pl.col("salience").mean().alias(f"{name}_salience"),
+                     pl.col("has_outcome").sum().alias(f"{name}_acted"),
+                     pl.col("outcome").filter(pl.col("has_outcome")).mean().alias(f"{name}_outcome")))
+        out = out.join(side, on=["run", "golem_id", "tick"], how="left")
+    nxt = scan_runs(runs, "heartbeats").select(
+        "run", "golem_id", (pl.col("tick") - 1).alias("tick"),
+        (pl.col("pnl") / pl.col("value").abs().clip(lower_bound=1e-12)).alias("next_return"))
+    sgn = pl.col("next_return").sign()
+    return (out.join(nxt, on=["run", "golem_id", "tick"], how="left")
+            .with_columns((pl.col("served_outcome").sign() == sgn).alias("served_hit"),
+                          (pl.col("shadow_outcome").sign() == sgn).alias("shadow_hit"))
+            .sort("run", "golem_id", "tick"))
+
+
+def salience_lift_summary(runs: RunLike) -> pl.LazyFrame:
+    """Per run: how often the shadow ranking differs, and served vs shadow salience, acted-on share,
+    mean outcome and hit rate; lift = shadow - served (positive = the salience rank would help)."""
+    s = salience_rank_lift(runs)
+    return (s.group_by("run").agg(
+        pl.len().alias("retrievals"), pl.col("reordered").mean().alias("reordered_share"),
+        (pl.col("overlap") / pl.col("k")).mean().alias("mean_overlap"),
+        pl.col("served_salience").mean(), pl.col("shadow_salience").mean(),
+        (pl.col("served_acted") / pl.col("k")).mean().alias("served_acted_share"),
+        (pl.col("shadow_acted") / pl.col("k")).mean().alias("shadow_acted_share"),
+        pl.col("served_outcome").mean(), pl.col("shadow_outcome").mean(),
+        pl.col("served_hit").mean().alias("served_hit_rate"), pl.col("shadow_hit").mean().alias("shadow_hit_rate"))
+        .with_columns((pl.col("shadow_salience") - pl.col("served_salience")).alias("salience_lift"),
+                      (pl.col("shadow_hit_rate") - pl.col("served_hit_rate")).alias("hit_rate_lift"))
+        .sort("run"))
+
+
+# ---------------------------------------------------------------------------------- lives
+def life_summaries(runs: RunLike) -> pl.LazyFrame:
+    """One row per Golem: lifetime, how it ended, what it earned and felt.
+
+    ticks = heartbeats recorded; value0 = value at its first heartbeat; pnl = final value - value0;
+    cause = payload.cause of its 'death' event (null while alive); flashbulbs = 'flashbulb' events;
+    emotions = the distinct Plutchik emotions it visited (sorted), dominant_emotion the most frequent.
+    """
+    hb = scan_runs(runs, "heartbeats")
+    t = "time_ms"
+    life = hb.group_by(*KEY).agg(
+        pl.col("clade_id").first(), pl.len().alias("ticks"), pl.col(t).min().alias("first_ms"),
+        pl.col(t).max().alias("last_ms"), pl.col("value").sort_by(t).first().alias("value0"),
+        pl.col("value").sort_by(t).last().alias("final_value"), pl.col("vitality").sort_by(t).last().alias("final_vitality"),
+        pl.col("phase").sort_by(t).last().alias("final_phase"), pl.col("a").max().alias("max_arousal"),
+        pl.col("p").mean().alias("mean_p"), pl.col("a").mean().alias("mean_a"), pl.col("d").mean().alias("mean_d"),
+        pl.col("emotion").unique().sort().alias("emotions"),
+        pl.col("emotion").mode().sort().first().alias("dominant_emotion"))
+    ev = scan_runs(runs, "events")
+    death = (ev.filter(pl.col("kind") == "death")
+             .select(*KEY, pl.col("time_ms").alias("died_ms"),
+                     pl.col("payload").str.json_decode(DEATH_PAYLOAD).struct.field("cause").alias("cause"))
+             .unique(subset=list(KEY), keep="first"))
+    fb = ev.filter(pl.col("kind") == "flashbulb").group_by(*KEY).agg(pl.len().alias("flashbulbs"))
+    return (life.join(death, on=list(KEY), how="left").join(fb, on=list(KEY), how="left")
+            .with_columns(pl.col("flashbulbs").fill_null(0).cast(pl.UInt32),
+                          (pl.col("final_value") - pl.col("value0")).alias("pnl"),
+                          (pl.col("final_value") / pl.col("value0") - 1).alias("pnl_pct"),
+                          pl.col("died_ms").is_null().alias("alive"),
+                          pl.col("emotions").list.len().alias("n_emotions"))
+            .sort(*KEY))
+
+
+# ---------------------------------------------------------------------------------- series for plots
+def pad_bands(runs: RunLike, every: str | int = "1h") -> pl.LazyFrame:
+    """Median and inter-quartile range of P, A, D per Clade per time bucket."""
+    ms = _ms(every)
+    aggs = []
+    for c in ("p", "a", "d"):
+        aggs += [pl.col(c).median().alias(f"{c}_median"), pl.col(c).quantile(0.25).alias(f"{c}_q25"),
+                 pl.col(c).quantile(0.75).alias(f"{c}_q75")]
+    return (scan_runs(runs, "heartbeats").with_columns(_bucket("time_ms", ms).alias("bucket_ms"))
+            .group_by("run", "clade_id", "bucket_ms").agg(pl.len().alias("n"), *aggs)
+            .sort("run", "clade_id", "bucket_ms"))
+
+
+def emotion_shares(runs: RunLike, every: str | int = "1h") -> pl.LazyFrame:
+    """Share of heartbeats in each Plutchik emotion per time bucket (rows: run, bucket, emotion)."""
+    ms = _ms(every)
+    return (scan_runs(runs, "heartbeats").with_columns(_bucket("time_ms", ms).alias("bucket_ms"))
+            .group_by("run", "bucket_ms", "emotion").agg(pl.len().alias("n"))
+            .with_columns((pl.col("n") / pl.col("n").sum().over("run", "bucket_ms")).alias("share"))
+            .sort("run", "bucket_ms", "emotion"))
+
+
+def regime_spans(runs: RunLike) -> pl.LazyFrame:
+    """Consecutive stretches of one market regime per asset: start_ms, end_ms (next bar), regime."""
+    m = scan_runs(runs, "market").sort("run", "asset", "time_ms")
+    seg = pl.col("regime").rle_id().over("run", "asset")
+    return (m.with_columns(seg.alias("_seg"), pl.col("time_ms").shift(-1).over("run", "asset").alias("_next"))
+            .group_by("run", "asset", "_seg")
+            .agg(pl.col("regime").first(), pl.col("time_ms").min().alias("start_ms"),
+                 pl.coalesce(pl.col("_next").max(), pl.col("time_ms").max()).alias("end_ms"))
+            .drop("_seg").sort("run", "asset", "start_ms"))
+
+
+def event_counts(runs: RunLike, kinds: Iterable[str] = ACTIVITY_KINDS, every: str | int = "6h") -> pl.LazyFrame:
+    """Events of the given kinds per time bucket (rows only where some occurred)."""
+    ms = _ms(every)
+    return (scan_runs(runs, "events").filter(pl.col("kind").is_in(list(kinds)))
+            .with_columns(_bucket("time_ms", ms).alias("bucket_ms"))
+            .group_by("run", "kind", "bucket_ms").agg(pl.len().alias("n")).sort("run", "kind", "bucket_ms"))
+
+
+__all__ = ["run_dirs", "scan_table", "scan_runs", "manifest", "clade_names", "retrieval_bias", "mood_congruence",
+           "retrieval_valence_bias", "bias_over_time", "lock_in_episodes", "bias_summary", "grimoire_valence_skew",
+           "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades",
+           "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",
+           "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "regime_spans", "event_counts"]

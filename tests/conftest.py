@@ -1,0 +1,29 @@
+"""Shared fixtures: small runs made once per test session."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+
+
+def run_scenario(name_or_path, out: Path, seed=None, sets=None, environ=None):
+    from sim.run import execute
+    path = Path(name_or_path)
+    if not path.exists():
+        path = SCENARIOS / f"{name_or_path}.yaml"
+    return execute(path, out, seed=seed, sets=sets, environ=environ if environ is not None else {})
+
+
+def table(run_dir: Path, name: str) -> pl.DataFrame:
+    return pl.read_parquet(Path(run_dir) / name / "*.parquet")
+
+
+@pytest.fixture(scope="session")
+def flash_run(tmp_path_factory):
+    return run_scenario("flash_crash", tmp_path_factory.mktemp("flash") / "run")

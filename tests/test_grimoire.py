@@ -1,0 +1,138 @@
+"""Grimoire: salience and gating (§3.3), windows (§3.2), confidence (§3.4), capacity (§3.5)."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golem import grimoire as gm
+from golem.config import default_config
+from golem.memory_writer import score_and_gate
+
+DAY = 86_400_000
+
+
+def test_salience_hand_values():
+    # m = 250 / (0.05 * 10000) = 0.5: fill(0.4, 0.5) = 0.7; loss fills 0.25*0.6 = 0.15 further
+    assert gm.salience(0.4, 250, 10_000, 0.6) == pytest.approx(0.7)
+    assert gm.salience(0.4, -250, 10_000, -0.6) == pytest.approx(0.7 + 0.15 * 0.3)
+    # signals add 0.1 each, capped at 1
+    assert gm.salience(0.2, 0, 10_000, 0.1, probe_high=True, regime_shift=True) == pytest.approx(0.4)
+    assert gm.salience(0.9, 0, 10_000, 0.1, probe_high=True, regime_shift=True, recurring_loss=True) == 1.0
+    # a first sighting is floored at 0.70 even when calm
+    assert gm.salience(0.0, 0, 10_000, 0.0, first_sighting=True) == pytest.approx(0.7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 1), st.floats(0, 5_000), st.floats(100, 1e6), st.floats(0, 1),
+       st.booleans(), st.booleans(), st.booleans(), st.sampled_from([0.9, 1.0, 1.1]))
+def test_loss_never_encodes_weaker_than_equal_gain(inten, pnl, value, p, probe, shift, rec, role):
+    gain = gm.salience(inten, pnl, value, p, probe_high=probe, regime_shift=shift, recurring_loss=rec, role_scale=role)
+    loss = gm.salience(inten, -pnl, value, -p, probe_high=probe, regime_shift=shift, recurring_loss=rec, role_scale=role)
+    assert loss >= gain - 1e-12
+    assert 0.0 <= gain <= 1.0 and 0.0 <= loss <= 1.0
+
+
+def test_gate_tiers_and_promotion():
+    assert gm.gate(0.29) == (False, 0.0, False)
+    assert gm.gate(0.29, flashbulb=True)[0] is True
+    assert gm.gate(0.3) == (True, 7, False)
+    assert gm.gate(0.5) == (True, 14, False)
+    assert gm.gate(0.7) == (True, 30, True)
+    assert gm.promote(gm.EPHEMERAL) == gm.TACTICAL
+    assert gm.promote(gm.TACTICAL) == gm.REGIME
+    assert gm.promote(gm.REGIME) == gm.REGIME        # never above regime-conditional by promotion
+    assert gm.promote(gm.STRUCTURAL) == gm.STRUCTURAL
+
+
+def test_effective_window_and_status():
+    assert gm.effective_window_days(gm.TACTICAL, 14, 0.5) == pytest.approx(21.0)   # max(7, 14) * 1.5
+    assert gm.effective_window_days(gm.REGIME, 7, 0.0) == pytest.approx(14.0)
+    assert gm.effective_window_days(gm.EPHEMERAL, 0, 0.2) == pytest.approx(1.2)     # bypassed gating: TTL 0
+    assert math.isinf(gm.effective_window_days(gm.STRUCTURAL, 30, 0.9))
+    assert gm.status_at(10 * DAY, 0, 14) == gm.ACTIVE
+    assert gm.status_at(15 * DAY, 0, 14) == gm.STALE
+    assert gm.status_at(29 * DAY, 0, 14) == gm.EXPIRED
+    assert gm.status_at(29 * DAY, 20 * DAY, 14) == gm.ACTIVE   # age counts from the last access
+    assert gm.status_at(0, 0, math.inf) == gm.ACTIVE
+
+
+def test_confidence_at_encoding_and_propagation():
+    assert gm.initial_confidence(0.9, 0.3) == pytest.approx(0.9)
+    assert gm.initial_confidence(0.6, 0.9) == pytest.approx(0.6 * math.exp(-0.5))
+    assert gm.propagate_confidence(0.5, True) == pytest.approx(0.6)
+    assert gm.propagate_confidence(0.5, False) == pytest.approx(0.3)
+    assert gm.propagate_confidence(0.95, True) == 1.0
+    assert gm.propagate_confidence(0.1, False) == 0.0
+
+
+def _cands(n, **over):
+    c = dict(p=np.zeros(n), a=np.zeros(n), d=np.zeros(n), has_tag=np.ones(n, bool), value=np.full(n, 1e4),
+             pnl=np.zeros(n), role=np.zeros(n, np.int64), signals=np.zeros(n, np.int64),
+             first_sighting=np.zeros(n, bool), flashbulb=np.zeros(n, bool), decay_class=np.full(n, gm.TACTICAL))
+    c.update({k: np.asarray(v) for k, v in over.items()})
+    return c
+
+
+def test_vectorised_scoring_matches_scalar_salience():
+    cfg = default_config()
+    rng = np.random.default_rng(5)
+    n = 500
+    c = _cands(n, p=rng.uniform(-1, 1, n), a=rng.uniform(-1, 1, n), d=rng.uniform(-1, 1, n),
+               pnl=rng.normal(0, 400, n), role=rng.integers(0, 3, n), signals=rng.integers(0, 3, n),
+               first_sighting=rng.random(n) < 0.1)
+    sc = score_and_gate(cfg, c)
+    scales = (cfg.salience.role_observation, cfg.salience.role_action, cfg.salience.role_insight)
+    for i in range(n):
+        inten = math.sqrt(c["p"][i] ** 2 + c["a"][i] ** 2 + c["d"][i] ** 2) / math.sqrt(3)
+        sig = int(c["signals"][i])
+        want = gm.salience(inten, c["pnl"][i], 1e4, c["p"][i], probe_high=sig >= 1, regime_shift=sig >= 2,
+                           role_scale=scales[c["role"][i]], first_sighting=bool(c["first_sighting"][i]))
+        assert sc["salience"][i] == pytest.approx(want, abs=1e-12)
+        w, ttl, promote = gm.gate(want)
+        assert bool(sc["write"][i]) == w
+        if w:
+            assert sc["ttl_days"][i] == ttl
+            assert sc["decay_class"][i] == (gm.promote(gm.TACTICAL) if promote else gm.TACTICAL)
+
+
+def _fill_slab(gr, g, n, **vals):
+    base = dict(importance=np.full(n, 0.5, np.float32), confidence=np.full(n, 0.5, np.float32),
+                salience=np.full(n, 0.3, np.float32), decay_class=np.full(n, gm.TACTICAL, np.int8),
+                window_ms=np.full(n, 7.0 * DAY))
+    base.update(vals)
+    return gr.insert(np.full(n, g), np.random.default_rng(g).normal(size=(n, gr.dim)), base)
+
+
+def test_eviction_takes_lowest_score_and_never_protected():
+    gr = gm.Grimoire(2, 4, 8)
+    imp = np.array([0.9, 0.1, 0.05, 0.8], np.float32)
+    sal = np.array([0.1, 0.1, 0.75, 0.1], np.float32)      # slot 2 is protected (salience >= 0.7)
+    _fill_slab(gr, 0, 4, importance=imp, salience=sal)
+    slots, ids = _fill_slab(gr, 0, 1)
+    assert slots[0] == 1       # lowest importance*confidence*(1+salience) among unprotected
+    assert gr.cols["id"][2] == 2  # protected entry survives
+    # a slab of protected entries refuses the write instead of evicting
+    gr2 = gm.Grimoire(1, 3, 8)
+    _fill_slab(gr2, 0, 3, decay_class=np.array([gm.STRUCTURAL] * 3, np.int8))
+    slots, ids = _fill_slab(gr2, 0, 1)
+    assert slots[0] == -1 and ids[0] == -1
+    assert sorted(gr2.cols["id"][:3].tolist()) == [0, 1, 2]
+
+
+def test_flashbulb_entries_are_never_evicted():
+    gr = gm.Grimoire(1, 3, 8)
+    _fill_slab(gr, 0, 3, flashbulb=np.array([True, True, False]), importance=np.array([0.0, 0.0, 0.9], np.float32))
+    slots, _ = _fill_slab(gr, 0, 2)
+    assert slots[0] == 2 and slots[1] == -1   # the second write finds only protected entries left
+    assert gr.cols["flashbulb"][:2].all()
+
+
+def test_embeddings_are_unit_and_memory_per_entry_is_O_d():
+    for d in (64, 384):
+        gr = gm.Grimoire(3, 16, d)
+        _fill_slab(gr, 1, 5)
+        norms = np.linalg.norm(gr.emb[16:21], axis=1)
+        assert np.allclose(norms, 1.0, atol=1e-6)
+        assert gr.bytes_per_entry() <= 4 * d + 256

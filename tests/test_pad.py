@@ -1,0 +1,131 @@
+"""The formula layer (SPEC §16) against hand-computed values."""
+import math
+
+import pytest
+
+from golem import pad
+from golem.curator import emotional_balance
+from golem.grimoire import fill
+from golem.retrieval import four_factor_score
+
+DAY = 86_400_000
+
+
+def test_pad_cosine_safe_hand_values():
+    assert pad.pad_cosine_safe((1, 0, 0), (1, 0, 0)) == pytest.approx(1.0, abs=1e-12)
+    assert pad.pad_cosine_safe((1, 0, 0), (-1, 0, 0)) == pytest.approx(0.0, abs=1e-12)
+    assert pad.pad_cosine_safe((1, 0, 0), (0, 1, 0)) == pytest.approx(0.5, abs=1e-12)
+    assert pad.pad_cosine_safe((1, 1, 0), (1, 0, 0)) == pytest.approx((1 / math.sqrt(2) + 1) / 2, abs=1e-12)
+
+
+def test_pad_cosine_safe_zero_vectors_are_neutral():
+    assert pad.pad_cosine_safe((0, 0, 0), (0.3, -0.2, 0.9)) == 0.5
+    assert pad.pad_cosine_safe((0.3, -0.2, 0.9), (0, 0, 0)) == 0.5
+    assert pad.pad_cosine_safe((0, 0, 0), (0, 0, 0)) == 0.5
+
+
+def test_intensity():
+    assert pad.intensity((1, 1, 1)) == pytest.approx(1.0)
+    assert pad.intensity((-1, -1, -1)) == pytest.approx(1.0)
+    assert pad.intensity((0.3, 0.4, 0.0)) == pytest.approx(0.5 / math.sqrt(3))
+    assert pad.intensity((0, 0, 0)) == 0.0
+
+
+def test_arousal_encoding_factor():
+    assert pad.arousal_encoding_factor(0.3) == pytest.approx(1.0)
+    assert pad.arousal_encoding_factor(0.9) == pytest.approx(math.exp(-0.5))
+    assert pad.arousal_encoding_factor(-0.3) == pytest.approx(math.exp(-0.5))
+    assert pad.arousal_encoding_factor(-1.0) == pytest.approx(math.exp(-1.69 / 0.72))
+
+
+def test_classify_prototypes_and_neutral():
+    protos = pad.load_prototypes()
+    for name, vec in protos.items():
+        assert pad.classify(vec) == name
+    assert pad.classify((0, 0, 0)) == "neutral"
+    assert pad.classify((0.02, 0.02, 0.02)) == "neutral"   # norm 0.035 < 0.05
+    assert pad.classify((0.03, 0.03, 0.03)) != "neutral"   # norm 0.052
+
+
+def test_prototypes_match_the_sign_patterns():
+    for name, vec in pad.load_prototypes().items():
+        for sign, x in zip(pad.SIGN_PATTERNS[name], vec):
+            if sign:
+                assert (x > 0) == (sign > 0), name
+
+
+def test_emotional_intensity_at_decay_and_reactivation():
+    # half-life 3 days: after 3 days half, after 6 a quarter
+    assert pad.emotional_intensity_at(0.8, 0, 3 * DAY, False, None) == pytest.approx(0.4)
+    assert pad.emotional_intensity_at(0.8, 0, 6 * DAY, False, None) == pytest.approx(0.2)
+    # never reactivated: no boost even with a timestamp
+    assert pad.emotional_intensity_at(0.8, 0, 3 * DAY, False, 3 * DAY) == pytest.approx(0.4)
+    # reactivated without a timestamp: no boost
+    assert pad.emotional_intensity_at(0.8, 0, 3 * DAY, True, None) == pytest.approx(0.4)
+    # reactivated now: +0.3; reactivated 3 days ago: +0.15
+    assert pad.emotional_intensity_at(0.8, 0, 3 * DAY, True, 3 * DAY) == pytest.approx(0.7)
+    assert pad.emotional_intensity_at(0.8, 0, 6 * DAY, True, 3 * DAY) == pytest.approx(0.2 + 0.15)
+    # capped at 1
+    assert pad.emotional_intensity_at(1.0, 0, 0, True, 0) == 1.0
+
+
+def test_charge_fading_factor():
+    assert pad.faded_emotional_factor(0.9, 1.0) == pytest.approx(0.9)
+    assert pad.faded_emotional_factor(0.9, 0.5) == pytest.approx(0.7)
+    assert pad.faded_emotional_factor(0.1, 0.0) == pytest.approx(0.5)
+    assert pad.charge(0.8, 0.4) == pytest.approx(0.5)
+    assert pad.charge(0.0, 0.3) == 1.0          # zero-intensity tag: clipped, not divided by zero
+    assert pad.charge(0.5, 0.9) == 1.0          # reactivation above i0 clips to 1
+
+
+def test_apply_contagion_moves_p_and_a_only_and_clamps():
+    assert pad.apply_contagion((0.9, 0.5, -0.4), (0.5, 0.8, 0.9)) == pytest.approx((1.0, 0.74, -0.4))
+    assert pad.apply_contagion((-0.9, -0.95, 0.2), (-0.6, -0.5, -1.0)) == pytest.approx((-1.0, -1.0, 0.2))
+    assert pad.apply_contagion((0.0, 0.0, 0.3), (0.5, 0.5, 0.5), attenuation=0.5) == pytest.approx((0.25, 0.25, 0.3))
+
+
+def test_appraise_and_clamping():
+    assert pad.appraise((0.5, 0, 0), (1, 0, 0)) == pytest.approx((0.775, 0, 0))
+    assert pad.appraise((0.0, 0.0, 0.0), (0, 0, 0), baseline=(0.2, -0.2, 0.1)) == pytest.approx((0.03, -0.03, 0.015))
+    assert pad.appraise((1, 1, 1), (1, 1, 1)) == (1.0, 1.0, 1.0)
+    assert pad.appraise((-1, -1, -1), (-1, -1, -1)) == (-1.0, -1.0, -1.0)
+
+
+def test_emotional_balance_counts_untagged_in_n():
+    vc, ac = emotional_balance([0.6, 0.4], [0.9, 0.5], 4)   # 2 tagged, 2 untagged
+    assert vc == pytest.approx(-0.25 * 0.4)
+    assert ac == pytest.approx(-(0.35 - 0.3) * 0.3)
+    vc, ac = emotional_balance([0.6, 0.4], [0.9, 0.5], 2)
+    assert vc == pytest.approx(-0.5 * 0.4)
+    assert ac == pytest.approx(-(0.7 - 0.3) * 0.3)
+    assert emotional_balance([], [], 0) == (0.0, 0.0)
+    assert emotional_balance([-0.5], [0.1], 1) == (pytest.approx(0.2), 0.0)
+
+
+def test_four_factor_score():
+    assert four_factor_score(0.5, 10, 0.4, 0.7) == pytest.approx(0.2 + 0.2 * 0.995**10 + 0.1 + 0.105)
+    assert four_factor_score(1, 0, 1, 1) == pytest.approx(1.0)
+    assert four_factor_score(-1, 0, 0, 0) == pytest.approx(-0.2)
+
+
+def test_fill_never_passes_one():
+    assert fill(0.4, 0.5) == pytest.approx(0.7)
+    assert fill(1.0, 1.0) == 1.0
+    assert fill(0.0, 0.0) == 0.0
+
+
+def test_attribution_and_bands():
+    assert pad.attribution(0.5) == "internal"
+    assert pad.attribution(-0.5) == "external"
+    assert pad.attribution(0.2) == "mixed"
+    assert pad.arousal_band(-0.31) == "low"
+    assert pad.arousal_band(0.5) == "moderate"
+    assert pad.arousal_band(0.51) == "high"
+
+
+def test_emotion_label_rules():
+    assert pad.emotion_label(-0.3, 0.0, 2, 0, False) == "frustration"
+    assert pad.emotion_label(0.3, 0.0, 0, 3, False) == "success"
+    assert pad.emotion_label(0.3, 0.0, 0, 2, False) == "neutral"
+    assert pad.emotion_label(-0.1, 0.7, 1, 0, False) == "risk"
+    assert pad.emotion_label(0.5, 0.0, 0, 0, True) == "risk"
