@@ -123,7 +123,8 @@ _COLUMNS: dict[str, type] = {
     "flashbulb": np.bool_, "provenance": np.int32, "access_count": np.int32, "acted_on_count": np.int32,
     "last_acted_ms": np.int64, "reflex": np.bool_, "status": np.int8, "heat": np.float32,
     "outcome": np.float32, "has_outcome": np.bool_, "curator_weight": np.float32, "low_conf": np.bool_,
-    "role": np.int8, "last_reflex_ms": np.int64,
+    "role": np.int8, "last_reflex_ms": np.int64, "raw_outcome": np.float32, "consolidated": np.bool_,
+    "regime": np.int16,
 }
 
 
@@ -140,6 +141,7 @@ class Grimoire:
     next_id: int = 0
     recall_when: dict[int, tuple[str, ...]] = field(default_factory=dict)
     links: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    phrases: dict[int, str] = field(default_factory=dict)   # event tokens an entry was written under
 
     def __post_init__(self) -> None:
         n = self.n_golems * self.capacity
@@ -187,6 +189,7 @@ class Grimoire:
             if eid >= 0:
                 self.recall_when.pop(int(eid), None)
                 self.links.pop(int(eid), None)
+                self.phrases.pop(int(eid), None)
         s = slots[ok]
         for name, col in c.items():
             col[s] = 0 if name not in _RESET else _RESET[name]

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from golem import appraisal, flashbulb, mortality
+from golem import appraisal, contrarian, dreams, flashbulb, mortality, reflex
+from golem import curator as curatorm
 from golem import grimoire as gm
 from golem import retrieval as rt
 from golem.context import Lexicon, normalise, topic_code
@@ -66,8 +67,8 @@ class Mind:
             pop.ctx = np.zeros((pop.n, gr.dim), dtype=np.float32)
             pop.drove = np.full((pop.n, self.prm.top_k), -1, dtype=np.int64)
             pop.drove_sign = np.zeros((pop.n, self.prm.top_k), dtype=np.int8)
-        self.hooks_pre_decide: list = []   # curator/contrarian/dream hooks (golem.curation) plug in here
-        self.hooks_post_tick: list = []
+        self.pending_entries: list = []    # rows written outside the tick batch (curator lessons)
+        self.topics: dict[int, str] = {}   # topic code -> name, for lessons and reports
 
     # ------------------------------------------------------------------ SENSING
     def sense(self, ix: np.ndarray, obs: Observation) -> dict:
@@ -131,6 +132,7 @@ class Mind:
         sm = cfg.somatic
         neg_marker = (scnt > sm.min_strength) & (sval < sm.negative_valence)
         pos_marker = (scnt > sm.min_strength) & (sval > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
+        fired = reflex.lane(self, ix, obs, self._out)
         tier = np.where((sev >= 2) | neg_marker, 1, 0)
         tier = np.where(sev >= 3, 2, tier)
         tier = np.where(pos_marker & (sev < 2), 0, tier)
@@ -140,7 +142,7 @@ class Mind:
                     emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
                     intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses,
                     pattern=pattern, neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=sval,
-                    marker_strength=scnt, tier=tier, first=first, exploit_held=exploit_held)
+                    marker_strength=scnt, tier=tier, first=first, exploit_held=exploit_held, reflex=fired)
 
     def _validate_drivers(self, ix: np.ndarray, sgn: np.ndarray) -> None:
         """Confidence propagation (SPEC §3.4) for the entries that drove the last decision:
@@ -205,9 +207,22 @@ class Mind:
         outc = np.where(has_out, c["outcome"][safe], 0.0)
         wsum = wts.sum(axis=1)
         mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
+        # reflexes that fired in SENSING join the evidence at full weight
+        for i, rs in s["reflex"].items():
+            for slot in rs:
+                o = float(c["outcome"][slot]) if c["has_outcome"][slot] else float(np.sign(c["p"][slot]))
+                wsum[i] += 1.0
+                mem[i] = (mem[i] * (wsum[i] - 1.0) + o) / wsum[i]
+        # the potentially overlooked section from the last contrarian pass must be weighed explicitly
+        pending = (pop.contrarian_pending[ix] >= 0).any(axis=1)
+        mem_without = mem.copy()
+        if pending.any():
+            w_x, o_x = contrarian.weigh(self, ix, slots, scores)
+            tot = wsum + w_x.sum(axis=1)
+            mem = np.where(pending & (tot > 0), (mem * wsum + (w_x * o_x).sum(axis=1)) / np.maximum(tot, 1e-12), mem)
+        c["acted_on_count"][slots[served]] += 1   # the served ids drove the decision
+        c["last_acted_ms"][slots[served]] = obs.now_ms
         drove = np.where(has_out, slots, -1)
-        np.add.at(c["acted_on_count"], drove[drove >= 0], 1)
-        c["last_acted_ms"][drove[drove >= 0]] = obs.now_ms
         pop.drove[ix] = drove
         pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
         # base strategy signal
@@ -218,11 +233,23 @@ class Mind:
         trend = np.tanh(dc.trend_scale * pop.trend_scale[ix] * mom)
         strat = pop.strategy[ix]
         base_sig = np.select([strat == 0, strat == 1], [trend, -trend], 1.0)
-        signal = 0.5 * base_sig + dc.memory_weight * pop.memory_weight[ix] * mem
-        target = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
-        target = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], target)
-        target = np.where((s["sev"] >= 3) & s["held"], 0.0, target)   # a high probe on a held asset: get out
-        target = target * mortality.PHASE_EXPOSURE[pop.phase[ix]]
+        def choose(m):
+            signal = 0.5 * base_sig + dc.memory_weight * pop.memory_weight[ix] * m
+            t = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
+            t = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], t)
+            t = np.where((s["sev"] >= 3) & s["held"], 0.0, t)   # a high probe on a held asset: get out
+            return t * mortality.PHASE_EXPOSURE[pop.phase[ix]]
+        target = choose(mem)
+        exposure_now = np.where(s["value"] > 0, pop.units[ix] * s["price"] / np.maximum(s["value"], 1e-12), 0.0)
+        trade_with = np.abs(target - exposure_now) >= dc.min_trade
+        if pending.any():
+            alt = choose(mem_without)
+            trade_without = np.abs(alt - exposure_now) >= dc.min_trade
+            changed = pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
+        else:
+            changed = np.zeros(ix.size, dtype=bool)
+        contra_ids = [[int(x) for x in c["id"][p[p >= 0]]] if pend else [] for p, pend in zip(pop.contrarian_pending[ix], pending)]
+        pop.contrarian_pending[ix[pending]] = -1
         novelty = np.nan_to_num(res.factors[:, 0, 0], nan=-1.0) < cfg.escalation.novelty_threshold
         tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
         low_conf = served & (c["confidence"][safe] < cfg.confidence.low_flag) & (c["access_count"][safe] >= cfg.confidence.low_flag_accesses)
@@ -238,7 +265,8 @@ class Mind:
             served_mean_emotional=np.where(nserved > 0, served_emo.sum(axis=1) / np.maximum(nserved, 1), np.nan),
             served_mean_valence=np.where(nserved > 0, val.sum(axis=1) / np.maximum(nserved, 1), np.nan),
             valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, c["id"][safe], -1),
-            reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy())
+            reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy(),
+            contrarian_ids=contra_ids, contrarian_changed=changed)
         return dict(query=query, topic=topic, target=target, mem=mem, base_sig=base_sig, tier=tier,
                     nserved=nserved, val=val)
 
@@ -406,12 +434,19 @@ class Mind:
     # ------------------------------------------------------------------ the tick
     def tick(self, ix: np.ndarray, obs: Observation) -> TickOutput:
         """One heartbeat for the alive Golems `ix` (sorted ids), all in one batch."""
-        pop = self.pop
+        pop, cfg = self.pop, self.cfg
         out = TickOutput()
-        for hook in self.hooks_pre_decide:
-            ix = hook(self, ix, obs, out)
+        self._out = out
+        dreaming = self._dreaming(ix)
+        if dreaming.any():
+            dreamers = ix[dreaming]
+            self.dream(dreamers, obs, out)
+            # curator and contrarian count dream ticks too: they run on every Nth tick, dreaming or not
+            self._maintenance(dreamers, obs, pop.ctx[dreamers], out)
+            pop.tick[dreamers] += 1
+            ix = ix[~dreaming]
         if ix.size == 0:
-            return out
+            return self._finish(out)
         s = self.sense(ix, obs)
         dd = self.decide(ix, obs, s, out)
         ac = self.act(ix, obs, s, dd)
@@ -423,18 +458,100 @@ class Mind:
         pop.last_regime[ix] = obs.regime
         pop.regime_seen[ix, obs.regime] = pop.tick[ix]
         pop.ctx[ix] = dd["query"]
+        pop.last_mem[ix] = dd["mem"]
         # the decision's expected sign is the bet it holds: long-only Golems holding a position expect
         # the price to rise; a flat Golem has nothing at stake and no prediction to be right about
         pop.exp_sign[ix] = (ac["exposure_after"] > 0.1).astype(np.int8)
-        pop.last_mem[ix] = dd["mem"]
         v = mortality.vitality(pop.budget[ix], pop.budget0[ix], ac["value_after"], pop.value0[ix])
-        phase = mortality.phase_of(v, self.cfg) if self.cfg.mortality.enabled else np.zeros(ix.size, np.int8)
+        phase = mortality.phase_of(v, cfg) if cfg.mortality.enabled else np.zeros(ix.size, np.int8)
         pop.phase[ix] = phase
         dying = phase == 4
         if dying.any():
             self._die(ix[dying], obs, v[dying], out)
             path[dying] = STATE_TICK + ">TERMINAL>DEAD"
-        out.heartbeats = dict(
+        self._heartbeat_rows(out, ix, obs, path, s, dd, ac, rf, v, phase)
+        self._maintenance(ix[~dying], obs, dd["query"][~dying], out)
+        pop.tick[ix] += 1
+        return self._finish(out)
+
+    def _finish(self, out: TickOutput) -> TickOutput:
+        if self.pending_entries:
+            out.entries.extend(self.pending_entries)
+            self.pending_entries = []
+        for rows in out.entries:
+            for code, name in zip(rows["topic"], rows["topic_name"]):
+                self.topics.setdefault(int(code), str(name))
+        if len(out.heartbeats) and out.heartbeats.get("golem_id") is not None and out.heartbeats["golem_id"].size > 1:
+            order = np.argsort(out.heartbeats["golem_id"], kind="stable")
+            out.heartbeats = {k: v[order] for k, v in out.heartbeats.items()}
+        return out
+
+    def topic_name(self, code: int) -> str:
+        return self.topics.get(code, str(code))
+
+    # ------------------------------------------------------------------ DREAMING
+    def _dreaming(self, ix: np.ndarray) -> np.ndarray:
+        """After every `dream.every_ticks` awake ticks a Golem spends `dream.ticks` ticks DREAMING."""
+        d = self.cfg.dream
+        if not d.enabled:
+            return np.zeros(ix.size, dtype=bool)
+        return (self.pop.tick[ix] % (d.every_ticks + d.ticks)) >= d.every_ticks
+
+    def dream(self, ix: np.ndarray, obs: Observation, out: TickOutput) -> None:
+        """Offline: no trading; NREM replay, REM depotentiation, synaptic homeostasis (SPEC §8)."""
+        pop = self.pop
+        for g in ix:
+            g = int(g)
+            figures = dreams.dream(self.gr, g, obs.now_ms, self.cfg, self._dream_scores(g, obs.now_ms))
+            out.events.append(self._event(obs.now_ms, g, "dream", value=float(len(figures["replayed"])), payload=figures))
+        price = obs.close[pop.asset[ix].astype(np.int64)]
+        value = pop.cash[ix] + pop.units[ix] * price
+        n = ix.size
+        z = np.zeros(n)
+        hb = dict(time_ms=np.full(n, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), clade_id=pop.clade[ix].copy(),
+                  tick=pop.tick[ix].copy(), state_path=np.full(n, "DREAMING", dtype=object), p=pop.pad[ix, 0].copy(),
+                  a=pop.pad[ix, 1].copy(), d=pop.pad[ix, 2].copy(),
+                  emotion=appraisal.classify_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2], self.protos),
+                  label=np.zeros(n, np.int8), intensity=appraisal.intensity_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2]),
+                  tier=np.zeros(n, np.int64), exposure=np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0),
+                  target_exposure=np.full(n, np.nan), value=value, pnl=np.full(n, np.nan), cash=pop.cash[ix].copy(),
+                  budget=pop.budget[ix].copy(), vitality=mortality.vitality(pop.budget[ix], pop.budget0[ix], value, pop.value0[ix]),
+                  phase=pop.phase[ix].copy(), price=price, regime=np.full(n, obs.regime, dtype=np.int16),
+                  probe=np.zeros(n, np.int8), traded=np.zeros(n, bool), trade_failed=np.zeros(n, bool),
+                  entries_written=np.zeros(n, np.int64), flashbulb=np.zeros(n, bool), n_retrieved=np.zeros(n, np.int64),
+                  retrieval_mean_valence=np.full(n, np.nan), memory_signal=z, marker_valence=z, marker_strength=np.zeros(n, np.int64),
+                  marker_escalated=np.zeros(n, bool), cache_served=np.zeros(n, bool))
+        out.heartbeats = hb
+
+    def _dream_scores(self, g: int, now_ms: int):
+        """Replay selection scores: intensity x importance (None), or HDC similarity to a high-arousal
+        prototype when retrieval.mode is somatic_hdc (golem.hdc)."""
+        return None
+
+    # ------------------------------------------------------------------ maintenance
+    def _maintenance(self, ix: np.ndarray, obs: Observation, query: np.ndarray, out: TickOutput) -> None:
+        """Curator every curator.every_ticks-th tick and contrarian every contrarian.every_ticks-th tick."""
+        cfg, pop = self.cfg, self.pop
+        nth = pop.tick[ix] + 1
+        if cfg.curator.enabled:
+            for g in ix[nth % cfg.curator.every_ticks == 0]:
+                figures = curatorm.curate(self, int(g), obs.now_ms)
+                out.events.append(self._event(obs.now_ms, int(g), "curator", value=figures["valence_correction"],
+                                              payload=figures))
+                for eid in figures["reflex_proposals"]:
+                    out.events.append(self._event(obs.now_ms, int(g), "reflex_proposal", entry_id=eid,
+                                                  payload={"applied": figures["reflex_applied"]}))
+        if cfg.contrarian.enabled:
+            due = nth % cfg.contrarian.every_ticks == 0
+            if due.any():
+                rows = contrarian.pass_(self, ix[due], query[due], pop.pad[ix[due]], obs.now_ms)
+                for g, payload in zip(ix[due], rows):
+                    out.events.append(self._event(obs.now_ms, int(g), "contrarian", value=float(len(payload["ids"])),
+                                                  payload=payload))
+
+    def _heartbeat_rows(self, out, ix, obs, path, s, dd, ac, rf, v, phase) -> None:
+        pop = self.pop
+        hb = dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), clade_id=pop.clade[ix].copy(),
             tick=pop.tick[ix].copy(), state_path=path, p=pop.pad[ix, 0].copy(), a=pop.pad[ix, 1].copy(),
             d=pop.pad[ix, 2].copy(), emotion=s["emotion"], label=s["label"], intensity=s["intensity"], tier=rf["tier"],
@@ -445,10 +562,10 @@ class Mind:
             n_retrieved=dd["nserved"], retrieval_mean_valence=out.retrievals["served_mean_valence"],
             memory_signal=dd["mem"], marker_valence=s["marker_valence"], marker_strength=s["marker_strength"].astype(np.int64),
             marker_escalated=s["neg_marker"] & (s["sev"] < 2), cache_served=s["pos_marker"])
-        pop.tick[ix] += 1
-        for hook in self.hooks_post_tick:
-            hook(self, ix, obs, out)
-        return out
+        if out.heartbeats:
+            out.heartbeats = {k: np.concatenate([np.asarray(out.heartbeats[k]), np.asarray(hb[k])]) for k in hb}
+        else:
+            out.heartbeats = hb
 
     def _die(self, ix: np.ndarray, obs: Observation, v: np.ndarray, out: TickOutput) -> None:
         """TERMINAL: equanimity, a death reflection pushed to the Clade, then DEAD."""

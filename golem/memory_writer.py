@@ -16,6 +16,10 @@ KINDS = ("price-move", "event", "trade", "regret", "dominance-correction", "flas
          "inherited", "lesson", "import", "backcheck")
 
 
+#: columns a candidate may leave out, with their default
+DEFAULTS = {"raw_outcome": np.nan, "regime": 0, "tokens": ""}
+
+
 @dataclass
 class Candidates:
     """Would-be entries of one tick batch, as growing column lists."""
@@ -30,8 +34,15 @@ class Candidates:
             return
         self.emb.append(np.asarray(emb, dtype=np.float64))
         self.topics.append(np.asarray(topics, dtype=object))
+        have_before = sum(e.shape[0] for e in self.emb[:-1])
+        for k, v in DEFAULTS.items():
+            if k not in cols:
+                cols[k] = v
+            if k not in self.cols and have_before:
+                self.cols[k] = [np.full(have_before, v, dtype=object if isinstance(v, str) else None)]
         for k, v in cols.items():
-            self.cols.setdefault(k, []).append(np.broadcast_to(np.asarray(v), (n,)).copy())
+            arr = np.asarray(v, dtype=object) if isinstance(v, str) else np.asarray(v)
+            self.cols.setdefault(k, []).append(np.broadcast_to(arr, (n,)).copy())
         length = sum(e.shape[0] for e in self.emb)
         for k in self.cols:
             have = sum(x.shape[0] for x in self.cols[k])
@@ -102,6 +113,8 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
         "i0": sc["intensity"], "emotion": c["emotion"], "label": c["label"], "attribution": att,
         "arousal_bias": c["arousal_bias"], "flashbulb": c["flashbulb"], "provenance": c["provenance"],
         "outcome": c["outcome"], "has_outcome": c["has_outcome"], "role": c["role"], "curator_weight": 1.0,
+        "raw_outcome": np.where(np.isnan(c["raw_outcome"].astype(np.float64)), c["outcome"], c["raw_outcome"]).astype(np.float32),
+        "regime": c["regime"].astype(np.int16),
     }
     slots, ids = gr.insert(c["golem"], emb, values)
     ok = slots >= 0
@@ -109,4 +122,7 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     rows.update(id=ids[ok], slot=slots[ok], golem=c["golem"][ok], topic_name=topics[ok],
                 ttl_days=sc["ttl_days"][ok], tick=c["tick"][ok], event_kind=c["event_kind"][ok])
     rows["refused"] = int((~ok).sum())
+    for eid, tok in zip(ids[ok], c["tokens"][ok]):
+        if tok:
+            gr.phrases[int(eid)] = str(tok)   # the event description this entry was written under
     return rows

@@ -67,7 +67,8 @@ class Population:
     dead_ms: np.ndarray = field(init=False)
     contrarian_pending: np.ndarray = field(init=False)   # (n, 3) overlooked slots for the next DECIDING
     dreaming_until: np.ndarray = field(init=False)
-    curator_mark: np.ndarray = field(init=False)   # entry id at the last curator pass
+    curator_last_ms: np.ndarray = field(init=False)  # time of the last curator pass
+    contrarian_from: np.ndarray = field(init=False)  # tick the pending overlooked section was found
 
     def __post_init__(self) -> None:
         n = self.n
@@ -110,7 +111,8 @@ class Population:
         self.dead_ms = np.full(n, -1, dtype=np.int64)
         self.contrarian_pending = np.full((n, 3), -1, dtype=np.int64)
         self.dreaming_until = np.zeros(n, dtype=np.int64)
-        self.curator_mark = np.zeros(n, dtype=np.int64)
+        self.curator_last_ms = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
+        self.contrarian_from = np.full(n, -1, dtype=np.int64)
 
     def value(self, price: np.ndarray, ix=slice(None)) -> np.ndarray:
         return self.cash[ix] + self.units[ix] * price

@@ -1,0 +1,42 @@
+"""Contrarian retrieval (SPEC §4.4): every 100 ticks, look for what the mood is hiding.
+
+The query flips the sign of the current pleasure and admits only entries of the opposite valence
+sign with confidence >= 0.6. The top 3 are kept apart as a "potentially overlooked" section that
+the next DECIDING must weigh explicitly; the decision records whether they changed it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from golem import retrieval as rt
+
+
+def pass_(mind, ix: np.ndarray, query: np.ndarray, pad: np.ndarray, now_ms: int) -> list[dict]:
+    """Run the contrarian query for Golems ix; stores their overlooked sections, returns event payloads."""
+    cfg, pop, gr = mind.cfg, mind.pop, mind.gr
+    flipped = pad.copy()
+    flipped[:, 0] = -flipped[:, 0]
+    sign = np.where(pad[:, 0] >= 0, -1, 1).astype(np.int8)   # entries of the opposite valence sign
+    res = rt.retrieve(gr, ix, query, flipped, now_ms, mind.prm, k=cfg.contrarian.top_k,
+                      min_conf=cfg.contrarian.min_confidence, valence_sign=sign)
+    pop.contrarian_pending[ix] = res.slots
+    pop.contrarian_from[ix] = pop.tick[ix]
+    out = []
+    for i in range(ix.size):
+        s = res.slots[i][res.slots[i] >= 0]
+        out.append({"ids": [int(x) for x in gr.cols["id"][s]], "mood_p": float(pad[i, 0]), "valence_sign": int(sign[i]),
+                    "pool_n": int(res.pool[i, 0])})
+    return out
+
+
+def weigh(mind, ix: np.ndarray, slots_served: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Memory signal with the pending overlooked section added (weight = mean served score)."""
+    c = mind.gr.cols
+    pend = mind.pop.contrarian_pending[ix]
+    live = (pend >= 0) & (c["id"][np.maximum(pend, 0)] >= 0)
+    safe = np.maximum(pend, 0)
+    has_out = live & c["has_outcome"][safe]
+    w_extra = np.where(has_out, np.nanmean(np.where(slots_served >= 0, scores, np.nan), axis=1, keepdims=True)
+                       if slots_served.size else 0.0, 0.0)
+    w_extra = np.nan_to_num(w_extra) * np.where(has_out, c["confidence"][safe], 0.0)
+    return w_extra, np.where(has_out, c["outcome"][safe], 0.0)

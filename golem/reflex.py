@@ -1,0 +1,114 @@
+"""The reflex lane [R] (SPEC §4.5): entries that fire on the market's event description, no query.
+
+Matching is deliberately dumb and exact: every content token of a recall_when phrase must appear
+among the description's tokens; no fuzzy, prefix or score. A phrase that boils down to a single
+token fires only when that token looks like an identifier, so a common word alone can never fire.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+#: Function words dropped from phrases before matching.
+FUNCTION_WORDS = frozenset("""a an and any are as at be been but by can could did do does for from had has have
+how if in into is it its may might not of on or our should so such than that the their them then there these they
+this those to too was we were what when where which while who will with would you your""".split())
+_TOKEN = re.compile(r"[a-z0-9][a-z0-9_\-\.]*")
+
+
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower())
+
+
+def content_tokens(phrase: str) -> list[str]:
+    """Tokens of >= 3 characters that are not function words."""
+    return [t for t in tokens(phrase) if len(t) >= 3 and t not in FUNCTION_WORDS]
+
+
+def looks_like_identifier(tok: str) -> bool:
+    return any(c.isdigit() for c in tok) or "-" in tok or "_" in tok
+
+
+def phrase_matches(phrase: str, description_tokens: set[str]) -> bool:
+    """All content tokens present; a one-token phrase only if it looks like an identifier."""
+    ct = content_tokens(phrase)
+    if not ct:
+        return False
+    if len(ct) == 1 and not looks_like_identifier(ct[0]):
+        return False
+    return all(t in description_tokens for t in ct)
+
+
+def fire(description: str, candidates: list[tuple[int, int, tuple[str, ...], int]], now_ms: int,
+         max_per_turn: int = 2, cooldown_ms: int = 4 * 3_600_000) -> list[tuple[int, int, str]]:
+    """Which reflex entries fire on `description` this tick.
+
+    candidates: (slot, entry_id, recall_when phrases, last_fired_ms) in a fixed order (slot order).
+    Returns [(slot, entry_id, matched phrase)], at most `max_per_turn` (clamped 1..5), each entry
+    at most once per cooldown.
+    """
+    budget = min(5, max(1, max_per_turn))
+    desc = set(tokens(description))
+    fired: list[tuple[int, int, str]] = []
+    if not desc:
+        return fired
+    for slot, eid, phrases, last in candidates:
+        if now_ms - last < cooldown_ms:
+            continue
+        for ph in phrases:
+            if phrase_matches(ph, desc):
+                fired.append((slot, eid, ph))
+                break
+        if len(fired) >= budget:
+            break
+    return fired
+
+
+def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
+    """Run the lane for a cohort in SENSING; returns {cohort index: [fired slots]} and records events."""
+    cfg, gr = mind.cfg, mind.gr
+    res: dict[int, list[int]] = {}
+    if not cfg.reflex.enabled or not gr.recall_when:
+        return res
+    c = gr.cols
+    for i, seen in enumerate(obs.seen):
+        if not seen:
+            continue
+        g = int(ix[i])
+        sl = gr.slab(g)
+        slots = np.flatnonzero(c["reflex"][sl] & (c["id"][sl] >= 0)) + sl.start
+        if slots.size == 0:
+            continue
+        description = " ".join(tok for _, _, tok in seen)
+        cands = [(int(s), int(c["id"][s]), gr.recall_when.get(int(c["id"][s]), ()), int(c["last_reflex_ms"][s]))
+                 for s in slots]
+        hits = fire(description, cands, obs.now_ms, cfg.reflex.max_per_turn, int(cfg.reflex.cooldown_s * 1000))
+        if not hits:
+            continue
+        for s, eid, ph in hits:
+            c["last_reflex_ms"][s] = obs.now_ms
+        res[i] = [s for s, _, _ in hits]
+        out.events.append(mind._event(obs.now_ms, g, "reflex", entry_id=hits[0][1], value=float(len(hits)),
+                                      payload={"matched": [ph for _, _, ph in hits], "pool_size": int(slots.size),
+                                               "served_ids": [e for _, e, _ in hits], "description": description}))
+    return res
+
+
+def proposals(gr, g: int, now_ms: int, min_acted: int, window_days: float) -> np.ndarray:
+    """Slots the curator proposes for reflex: acted on >= min_acted times, last within the window,
+    not yet reflex, and carrying event phrases to fire on."""
+    c = gr.cols
+    sl = gr.slab(g)
+    ok = ((c["id"][sl] >= 0) & ~c["reflex"][sl] & (c["acted_on_count"][sl] >= min_acted)
+          & (now_ms - c["last_acted_ms"][sl] <= window_days * 86_400_000))
+    slots = np.flatnonzero(ok) + sl.start
+    return np.array([s for s in slots if int(c["id"][s]) in gr.phrases], dtype=np.int64)
+
+
+def promote(gr, slots: np.ndarray) -> None:
+    """Make entries reflexes: their recall_when is the event description they were written under."""
+    for s in slots:
+        eid = int(gr.cols["id"][s])
+        gr.cols["reflex"][s] = True
+        gr.recall_when[eid] = (gr.phrases[eid],)
