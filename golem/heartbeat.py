@@ -238,6 +238,9 @@ class Mind:
             t = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
             t = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], t)
             t = np.where((s["sev"] >= 3) & s["held"], 0.0, t)   # a high probe on a held asset: get out
+            # fear lowers risk appetite: aroused and displeased, a Golem scales its exposure down
+            fear = np.clip((s["pad"][:, 1] - 0.5) * 2.0, 0.0, 1.0) * (s["pad"][:, 0] < 0)
+            t = t * (1.0 - dc.fear_scale * fear)
             return t * mortality.PHASE_EXPOSURE[pop.phase[ix]]
         target = choose(mem)
         exposure_now = np.where(s["value"] > 0, pop.units[ix] * s["price"] / np.maximum(s["value"], 1e-12), 0.0)

@@ -58,6 +58,11 @@ def _names(dirs: list[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(d) for d in dirs]
 
 
+def run_names(runs: RunLike) -> list[str]:
+    """The `run` column values, in the order `runs` lists them."""
+    return _names(run_dirs(runs))
+
+
 def scan_table(run: str | Path, table: str) -> pl.LazyFrame:
     """One table of one run, lazily; an absent or empty table is an empty frame of the right schema."""
     folder = Path(run) / table
@@ -113,7 +118,8 @@ def retrieval_bias(runs: RunLike) -> pl.LazyFrame:
         *_nan_null("served_mean_emotional", "pool_mean_emotional", "served_mean_valence", "pool_mean_valence"))
     return (r.filter((pl.col("pool_n") > 0) & pl.col("served_mean_emotional").is_not_null()
                      & pl.col("pool_mean_emotional").is_not_null())
-            .select("run", "golem_id", "clade_id", "tick", "time_ms", "pool_n", pl.col("ids").list.len().alias("k"),
+            .select("run", "golem_id", "clade_id", "tick", "time_ms", "query_p", "query_a", "query_d", "pool_n",
+                    pl.col("ids").list.len().alias("k"),
                     (pl.col("served_mean_emotional") - pl.col("pool_mean_emotional")).alias("mood_congruence"),
                     (pl.col("served_mean_valence") - pl.col("pool_mean_valence")).alias("valence_bias"),
                     "anti_rumination",
@@ -286,7 +292,7 @@ def contrarian_summary(runs: RunLike, window: int = 12) -> pl.LazyFrame:
                 pl.col("valence_bias_before").mean().alias("vb_before"),
                 pl.col("valence_bias_after").mean().alias("vb_after")), on="run", how="left")
             .with_columns(pl.col("passes", "changed").fill_null(0))
-            .with_columns((pl.col("changed") / pl.col("passes")).alias("changed_share"),
+            .with_columns(pl.when(pl.col("passes") > 0).then(pl.col("changed") / pl.col("passes")).alias("changed_share"),
                           (pl.col("mc_after") - pl.col("mc_before")).alias("mc_delta"))
             .sort("run"))
 
@@ -295,6 +301,19 @@ def contrarian_summary(runs: RunLike, window: int = 12) -> pl.LazyFrame:
 def golem_clades(runs: RunLike) -> pl.LazyFrame:
     """(run, golem_id) -> clade_id, from the heartbeats (a Golem never changes Clade)."""
     return scan_runs(runs, "heartbeats").group_by(*KEY).agg(pl.col("clade_id").first())
+
+
+def golem_assets(runs: RunLike) -> pl.LazyFrame:
+    """(run, golem_id) -> asset: the asset whose latest close at the Golem's first heartbeat equals
+    the price it saw (read from the data, so it holds for generated and real tapes alike)."""
+    hb = (scan_runs(runs, "heartbeats").group_by(*KEY)
+          .agg(pl.col("time_ms").min().alias("t0"), pl.col("price").sort_by("time_ms").first().alias("price")))
+    m = scan_runs(runs, "market").select("run", "asset", pl.col("time_ms").alias("mt"), "close")
+    return (hb.join(m, on="run", how="inner").filter(pl.col("mt") <= pl.col("t0"))
+            .group_by(*KEY, "asset").agg(pl.col("close").sort_by("mt").last(), pl.col("price").first())
+            .with_columns((pl.col("close") - pl.col("price")).abs().alias("_err"))
+            .sort(*KEY, "_err", "asset").group_by(*KEY, maintain_order=True).first()
+            .select(*KEY, "asset"))
 
 
 def contagion_waves(runs: RunLike) -> pl.LazyFrame:
@@ -482,8 +501,8 @@ def event_counts(runs: RunLike, kinds: Iterable[str] = ACTIVITY_KINDS, every: st
             .group_by("run", "kind", "bucket_ms").agg(pl.len().alias("n")).sort("run", "kind", "bucket_ms"))
 
 
-__all__ = ["run_dirs", "scan_table", "scan_runs", "manifest", "clade_names", "retrieval_bias", "mood_congruence",
+__all__ = ["run_dirs", "run_names", "scan_table", "scan_runs", "manifest", "clade_names", "retrieval_bias", "mood_congruence",
            "retrieval_valence_bias", "bias_over_time", "lock_in_episodes", "bias_summary", "grimoire_valence_skew",
-           "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades",
+           "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades", "golem_assets",
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",
            "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "regime_spans", "event_counts"]

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.scenario import InputError
+from sim.world import RunInterrupted
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate populations of Golems whose memory is shaped by emotion.")
@@ -89,6 +90,8 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
                           record=not no_record, progress=_progress_cb(progress, task, sc.duration_s))
     except InputError as exc:
         fail(str(exc))
+    except RunInterrupted as exc:
+        _interrupted(target, exc.signum)
     except KeyboardInterrupt:
         fail("interrupted; the tables written so far are readable and the manifest says where the run stopped", 130)
     m = res.manifest
@@ -123,6 +126,161 @@ def schema(out_file: Optional[Path] = typer.Option(None, "--out", help="write to
         out_file.write_text(text + "\n")
     else:
         sys.stdout.write(text + "\n")
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="run directory"),
+           compare: Optional[Path] = typer.Option(None, "--compare", help="a second run, rendered side by side"),
+           out_file: Optional[Path] = typer.Option(None, "--out", help="HTML file (default RUN/report.html)"),
+           threshold: float = typer.Option(0.4, help="lock-in: mood-congruence threshold"),
+           min_ticks: int = typer.Option(12, help="lock-in: minimum consecutive ticks"),
+           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+    """Write a self-contained HTML report of a run (figures embedded), optionally next to another."""
+    from sim.report import render_report
+    for p in [run_dir] + ([compare] if compare else []):
+        if not (p / "heartbeats").is_dir():
+            fail(f"{p}: not a run directory (no heartbeats table)")
+    path = render_report(run_dir, out_file, compare=compare, threshold=threshold, min_ticks=min_ticks)
+    if not quiet:
+        out.print(f"report: {path}")
+
+
+def _interrupted(run_dir: Path, signum: int) -> None:
+    """SIGINT -> exit 130, SIGTERM -> 143 (128 + signal), one line, no traceback."""
+    import signal as _signal
+    name = _signal.Signals(signum).name
+    fail(f"{name}: stopped; tables flushed and the manifest marked interrupted in {run_dir} "
+         f"(continue with: golem-sim resume {run_dir})", 128 + signum)
+
+
+def _progress():
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                    TimeElapsedColumn(), console=err, transient=True)
+
+
+@app.command()
+def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
+           verify: bool = typer.Option(False, "--verify", help="re-execute and compare every table (the default "
+                                                                "without --set)"),
+           set_: list[str] = typer.Option([], "--set", help="key=value: a counterfactual on the same recorded tape"),
+           out_dir: Optional[Path] = typer.Option(None, "--out", help="counterfactual run directory "
+                                                                      "(default RUN-cf, RUN-cf2, ...)"),
+           keep: bool = typer.Option(False, "--keep", help="keep the verification replay's directory"),
+           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+    """Verify a run (re-execute from its manifest and recorded tape) or run a counterfactual with --set."""
+    from sim import replay as rp
+    try:
+        if set_ and verify:
+            raise InputError("--verify and --set: a verification replays the run unchanged; expected one of them")
+        if not set_:
+            rep = rp.verify(run_dir, keep=keep)
+            for line in rep.lines:
+                (out if rep.ok else err).print(line, highlight=False, soft_wrap=True)
+            raise typer.Exit(0 if rep.ok else 1)
+        target = out_dir
+        if target is None:
+            target, i = Path(f"{run_dir}-cf"), 1
+            while target.exists() and any(target.iterdir()):
+                i += 1
+                target = Path(f"{run_dir}-cf{i}")
+        res = rp.counterfactual(run_dir, set_, target)
+    except InputError as exc:
+        fail(str(exc))
+    except RunInterrupted as exc:
+        _interrupted(target, exc.signum)
+    if not quiet:
+        out.print(summary_table(res.manifest, res.world))
+    out.print(f"counterfactual of {run_dir} ({', '.join(set_)}): {res.run_dir}")
+
+
+@app.command()
+def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed run directory"),
+           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+    """Continue a run from its latest checkpoint; the tables end byte-identical to an uninterrupted run."""
+    from sim.checkpoint import resume as do_resume
+    try:
+        res = do_resume(run_dir)
+    except InputError as exc:
+        fail(str(exc))
+    except RunInterrupted as exc:
+        _interrupted(run_dir, exc.signum)
+    if not quiet:
+        out.print(summary_table(res.manifest, res.world))
+    out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {res.run_dir}")
+
+
+@app.command()
+def diff(run_a: Path = typer.Argument(..., help="first run directory"),
+         run_b: Path = typer.Argument(..., help="second run directory"),
+         out_file: Optional[Path] = typer.Option(None, "--out", help="write the comparison as Parquet")) -> None:
+    """Compare two runs per Clade: final P&L, deaths, flashbulbs, mean P/A/D, retrieval valence bias."""
+    from sim.replay import diff_runs
+    try:
+        d = diff_runs(run_a, run_b)
+    except InputError as exc:
+        fail(str(exc))
+    t = Table(title=f"A = {run_a}   B = {run_b}")
+    for col in ("clade", "metric", "A", "B", "B - A"):
+        t.add_column(col, justify="left" if col in ("clade", "metric") else "right")
+
+    def f(x):
+        return "-" if x is None else (f"{x:,.0f}" if abs(x) >= 1000 else f"{x:+.4f}" if abs(x) < 10 else f"{x:,.2f}")
+    for row in d.iter_rows(named=True):
+        t.add_row(row["clade"], row["metric"], f(row["a"]), f(row["b"]), f(row["delta"]))
+    out.print(t)
+    if out_file:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        d.write_parquet(out_file)
+        out.print(f"written: {out_file}")
+
+
+@app.command("import-tape")
+def import_tape_cmd(
+        files: list[Path] = typer.Argument(..., help="OHLCV bar files (CSV, Parquet, JSON), concatenated in order"),
+        out_file: Path = typer.Option(..., "--out", help="tape Parquet to write"),
+        asset: str = typer.Option("BTC", "--asset"),
+        time_col: str = typer.Option("timestamp", "--time-col"),
+        time_format: Optional[str] = typer.Option(None, "--time-format", help="strptime format of text times"),
+        time_unit: Optional[str] = typer.Option(None, "--time-unit", help="s|ms|us|ns for epoch numbers"),
+        col: list[str] = typer.Option([], "--col", help="canonical=file column, e.g. open=Open (repeatable)"),
+        sep: str = typer.Option(",", "--sep"),
+        order: str = typer.Option("strict", "--order", help="strict | sort | dedupe"),
+        extra: list[str] = typer.Option([], "--extra", help="name=path:column, name one of gas|tvl|funding_rate "
+                                                            "(joined as-of backward; repeatable)")) -> None:
+    """Import real OHLCV bars (optionally gas/TVL/funding series) as a tape for market.tape."""
+    from sim.tapes import ExtraSeries, TapeError, detect_events, import_tape, write_tape
+    try:
+        columns = {}
+        for c in col:
+            if "=" not in c:
+                raise InputError(f"--col {c!r}: expected canonical=column, e.g. open=Open")
+            k, v = c.split("=", 1)
+            columns[k.strip()] = v.strip()
+        extras = []
+        for e in extra:
+            name, _, rest = e.partition("=")
+            path, _, column = rest.rpartition(":")
+            if not name or not path or not column:
+                raise InputError(f"--extra {e!r}: expected name=path:column, e.g. "
+                                 "funding_rate=funding.csv:funding_rate")
+            if name not in ("gas", "tvl", "funding_rate"):
+                raise InputError(f"--extra {e!r}: name {name!r}; expected gas, tvl or funding_rate")
+            extras.append(ExtraSeries(path=path, column=column, name=name, time_col=time_col, sep=sep))
+        df = import_tape(files, asset=asset, time_col=time_col, time_format=time_format, time_unit=time_unit,
+                         columns=columns, sep=sep, order=order, extras=extras)
+        write_tape(df, out_file)
+        n_events = detect_events(df).height
+    except (InputError, TapeError) as exc:
+        fail(str(exc))
+    from datetime import datetime, timezone
+
+    def iso(ms):
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    bar_h = int(df["bar_ms"][0]) / 3_600_000
+    present = [c for c in ("gas", "tvl", "funding_rate") if df[c].null_count() < df.height]
+    out.print(f"{out_file}: {df.height:,} bars of {asset} ({bar_h:g} h), {iso(df['time_ms'][0])} .. "
+              f"{iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
+              f"{n_events:,} events detected with the default thresholds")
 
 
 def main() -> None:  # pragma: no cover - console entry

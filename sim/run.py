@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
+import signal
+import threading
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -51,9 +55,14 @@ def configure_logging(run_dir: Path | None, console: bool = False) -> None:
 
 
 def build_tape(scenario: Scenario, seed: int, cfg=None):
+    """The run's market: the scenario's tape file (cut to the run) or the generator's draw."""
     if scenario.market.tape is not None:
         from sim.tape_market import tape_from_file
-        return tape_from_file(scenario, cfg)
+        from sim.tapes import TapeError
+        try:
+            return tape_from_file(scenario, cfg)
+        except TapeError as exc:  # bad tape data is bad input: one line, exit 2
+            raise InputError(str(exc)) from None
     return generate(scenario.market, scenario.duration_s, seed)
 
 
@@ -70,9 +79,22 @@ def prepare(scenario_path: str | Path, *, seed: int | None = None, sets: list[st
 
 def execute(scenario_path: str | Path, out_dir: str | Path, *, seed: int | None = None, sets: list[str] | None = None,
             config_file: str | None = None, environ: dict[str, str] | None = None, record: bool = True,
-            progress=None, parent: dict | None = None) -> RunResult:
+            progress=None, parent: dict | None = None, tape=None, checkpoint: bool = True) -> RunResult:
+    """Run a scenario file into `out_dir`. `tape` (a sim.market.Tape) replaces the scenario's market."""
     scenario, cfg, sources, run_seed = prepare(scenario_path, seed=seed, sets=sets, config_file=config_file,
                                                environ=environ)
+    return execute_prepared(scenario, cfg, run_seed, out_dir, scenario_path=str(scenario_path), sources=sources,
+                            sets=sets, record=record, progress=progress, parent=parent, tape=tape,
+                            checkpoint=checkpoint)
+
+
+def execute_prepared(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path, *, scenario_path: str = "",
+                     sources: dict | None = None, sets: list[str] | None = None, record: bool = True, progress=None,
+                     parent: dict | None = None, changes: list[str] | None = None, tape=None,
+                     checkpoint: bool = True, tape_info: dict | None = None) -> RunResult:
+    """Run an already validated scenario + config (replays come in here with the recorded tape;
+    `tape_info` then says where that tape came from, for the manifest)."""
+    from sim.tape_market import tape_meta
     run_dir = Path(out_dir)
     if record:
         if run_dir.exists() and any(run_dir.iterdir()):
@@ -80,25 +102,61 @@ def execute(scenario_path: str | Path, out_dir: str | Path, *, seed: int | None 
         run_dir.mkdir(parents=True, exist_ok=True)
         configure_logging(run_dir)
     log = structlog.get_logger()
-    tape = build_tape(scenario, run_seed, cfg)
+    if tape is None:
+        tape = build_tape(scenario, run_seed, cfg)
     rec = Recorder(run_dir) if record else None
     world = World(scenario, cfg, tape, run_seed, recorder=rec, progress=progress)
     manifest = {
         "format": 1, "status": "running", "scenario_path": str(scenario_path), "scenario": scenario.model_dump(mode="json"),
-        "seed": run_seed, "config": cfg.flat(), "config_sources": sources, "sets": list(sets or []),
-        "versions": versions(), "parent": parent,
+        "seed": run_seed, "config": cfg.flat(), "config_sources": sources or {}, "sets": list(sets or []),
+        "versions": versions(), "parent": parent, "tape": tape_info or tape_meta(tape, scenario),
     }
+    if changes is not None:
+        manifest["changes"] = list(changes)
     if record:
         world.record_tape_events()
+        if checkpoint:
+            world.checkpoint_dir = run_dir / "checkpoint"
         atomic_write_json(run_dir / "manifest.json", manifest)
         log.info("run_start", scenario=scenario.name, seed=run_seed, golems=world.pop.n)
+    return drive(world, manifest, run_dir, record, scenario.duration_s)
+
+
+@contextmanager
+def stop_on_signals(world: World):
+    """SIGINT/SIGTERM ask the world to stop between two events (a second one stops at once), so an
+    interrupted run flushes consistent rows and says where it stopped. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        if world.stop_signal is not None:
+            raise KeyboardInterrupt
+        world.stop_signal = signum
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def drive(world: World, manifest: dict, run_dir: Path, record: bool, until_s: float, resume=None) -> RunResult:
+    """Run the world to `until_s` and keep the manifest honest: complete, or interrupted (flushed,
+    with where it stopped). A completed run drops its checkpoint: nothing is left to resume."""
+    log = structlog.get_logger()
     t0 = time.perf_counter()
     try:
-        world.run(scenario.duration_s)
+        with stop_on_signals(world) if record else nullcontext():
+            world.run(until_s, resume=resume)
     except BaseException as exc:
         if record:
             world.flush()
-            manifest.update(status="interrupted", stopped_at_s=world.env.now, error=repr(exc))
+            sig = getattr(exc, "signum", None)
+            manifest.update(status="interrupted", stopped_at_s=world.env.now, error=repr(exc),
+                            signal=signal.Signals(sig).name if sig else None)
             manifest.update(row_counts=row_counts(run_dir), hashes=content_hashes(run_dir))
             atomic_write_json(run_dir / "manifest.json", manifest)
             log.error("run_interrupted", at_s=world.env.now, error=repr(exc))
@@ -110,6 +168,8 @@ def execute(scenario_path: str | Path, out_dir: str | Path, *, seed: int | None 
     if record:
         manifest.update(row_counts=row_counts(run_dir), hashes=content_hashes(run_dir))
         atomic_write_json(run_dir / "manifest.json", manifest)
+        if world.checkpoint_dir is not None:
+            shutil.rmtree(world.checkpoint_dir, ignore_errors=True)
         log.info("run_complete", wall_s=wall, ticks=world.stats.ticks)
     return RunResult(run_dir, world, manifest, wall)
 

@@ -150,6 +150,26 @@ class TapeSpec(_M):
     funding_abs: float = 0.001
     detect_lag: Any = 0
 
+    @field_validator("start", mode="before")
+    @classmethod
+    def _start(cls, v):
+        # YAML and --set read 2020-03-09 as a date: keep it as the ISO text it was, then check it
+        if v is None:
+            return v
+        v = v.isoformat() if hasattr(v, "isoformat") else v
+        from datetime import datetime
+        try:
+            datetime.fromisoformat(str(v).strip())
+        except ValueError:
+            raise ValueError(f"expected an ISO date or date-time such as '2020-03-09' or '2020-03-09T00:00Z', got {v!r}") from None
+        return str(v)
+
+    @field_validator("detect_lag")
+    @classmethod
+    def _lag(cls, v):
+        parse_duration(v)
+        return v
+
 
 class MarketSpec(_M):
     step_s: float = Field(300.0, gt=0)

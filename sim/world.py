@@ -6,6 +6,7 @@ is one batched call into the mind; only messages between siblings are individual
 """
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass, field
 
@@ -28,6 +29,35 @@ class Cohort:
     interval_s: float
     start_s: float
     members: np.ndarray
+
+
+#: SimPy priority below NORMAL (1): the flusher runs after every other event of its instant, so a
+#: flush (and the checkpoint taken with it) always sees whole time steps, in a run and in its resume.
+LOW = 2
+
+
+class RunInterrupted(Exception):
+    """SIGINT/SIGTERM arrived; the world stopped between two events (state is consistent)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+class Delivery:
+    """A Clade push in flight to one receiver: the callback of its latency timeout.
+
+    Kept as plain data (not a closure) so that a checkpoint can find and save it (sim.checkpoint).
+    """
+
+    __slots__ = ("world", "receiver", "sender", "entry", "alert_type", "delay_s")
+
+    def __init__(self, world, receiver: int, sender: int, entry: dict, alert_type: str, delay_s: float):
+        self.world, self.receiver, self.sender = world, receiver, sender
+        self.entry, self.alert_type, self.delay_s = entry, alert_type, delay_s
+
+    def __call__(self, _event) -> None:
+        self.world.deliver(self.receiver, self.sender, self.entry, self.alert_type, self.delay_s)
 
 
 @dataclass
@@ -56,8 +86,17 @@ class World:
         self.latency = self._latencies()
         self.event_seq = 0
         self.market_step = -1
-        self.gas_ref = float(np.nanmedian(tape.gas)) if np.isfinite(tape.gas).any() else 30.0
-        self.t0_ms = int(tape.time_ms[0]) if tape.bar_ms else 0
+        # sim time 0 is the close of the first bar, so the first heartbeat sees a CLOSED bar
+        # (generated tapes have bar_ms = 0: a bar is known at its own time)
+        self.t0_ms = int(tape.time_ms[0]) + int(tape.bar_ms)
+        # the gas reference is the median over the bars this run can reach, so a replay from the
+        # recorded market table (which holds exactly those bars) gets the same value
+        last = tape.index_at(self.t0_ms + int(round(scenario.duration_s * 1000)))
+        gas = tape.gas[:max(last, 0) + 1]
+        self.gas_ref = float(np.nanmedian(gas)) if np.isfinite(gas).any() else 30.0
+        self.stop_signal: int | None = None   # set by a signal handler; checked between events
+        self.checkpoint_dir = None            # set by the run driver: save state at every flush
+        self.roles: dict = {}                 # SimPy process -> role, for checkpoints
         self._prefill()
 
     # ---------------------------------------------------------------- construction
@@ -139,10 +178,18 @@ class World:
         self.gr.insert(golem, emb, vals)
 
     # ---------------------------------------------------------------- processes
-    def market(self):
-        """Advance the tape: record each bar as it becomes known (no look-ahead)."""
+    def market(self, first=None):
+        """Advance the tape: record each bar as it becomes known (no look-ahead).
+
+        `first` (resume only) is the already scheduled event of the next wake-up.
+        """
         tape = self.tape
-        step_s = (tape.time_ms[1] - tape.time_ms[0]) / 1000 if tape.n_steps > 1 else 300
+        if tape.bar_ms:
+            step_s = tape.bar_ms / 1000
+        else:
+            step_s = (tape.time_ms[1] - tape.time_ms[0]) / 1000 if tape.n_steps > 1 else 300
+        if first is not None:
+            yield first
         while True:
             idx = tape.index_at(self.now_ms + self.t0_ms)
             if idx > self.market_step and self.rec is not None:
@@ -150,8 +197,8 @@ class World:
             self.market_step = max(self.market_step, idx)
             yield self.env.timeout(step_s)
 
-    def heartbeat(self, cohort: Cohort):
-        yield self.env.timeout(cohort.start_s)
+    def heartbeat(self, cohort: Cohort, first=None):
+        yield first if first is not None else self.env.timeout(cohort.start_s)
         while True:
             alive = cohort.members[self.pop.alive[cohort.members]]
             if alive.size == 0:
@@ -162,11 +209,17 @@ class World:
             self.emit(out)
             yield self.env.timeout(cohort.interval_s)
 
-    def flusher(self):
+    def flusher(self, first=None):
+        """Flush at low priority every `recording.flush_every_s`, then checkpoint (sim.checkpoint)."""
         every = self.cfg.recording.flush_every_s
+        ev = first if first is not None else self.at(self.env.now + every, LOW)
         while True:
-            yield self.env.timeout(every)
+            yield ev
             self.flush()
+            if self.checkpoint_dir is not None:
+                from sim import checkpoint
+                checkpoint.save(self, self.checkpoint_dir)
+            ev = self.at(self.env.now + every, LOW)
 
     def reporter(self, every_s: float):
         while True:
@@ -175,6 +228,20 @@ class World:
             yield self.env.timeout(every_s)
 
     # ---------------------------------------------------------------- plumbing
+    def at(self, time_s: float, priority: int = 1) -> simpy.Event:
+        """An event scheduled at an exact absolute time (resume needs the recorded float, not
+        now + (t - now), which may round differently); SimPy orders equal (time, priority) by
+        creation, which is how a resume reproduces the order of a run."""
+        ev = simpy.Event(self.env)
+        ev._ok, ev._value = True, None
+        heapq.heappush(self.env._queue, (time_s, priority, next(self.env._eid), ev))
+        return ev
+
+    def start(self, role, gen) -> simpy.Process:
+        proc = self.env.process(gen)
+        self.roles[proc] = role
+        return proc
+
     @property
     def now_ms(self) -> int:
         return int(round(self.env.now * 1000))
@@ -221,7 +288,7 @@ class World:
         self.stats.pushes += 1
         for r, dly in zip(sibs, delays):
             ev = self.env.timeout(float(dly))
-            ev.callbacks.append(lambda _e, r=int(r), dly=float(dly): self.deliver(r, sender, entry, push["alert_type"], dly))
+            ev.callbacks.append(Delivery(self, int(r), sender, entry, push["alert_type"], float(dly)))
 
     def deliver(self, receiver: int, sender: int, entry: dict, alert_type: str, delay_s: float) -> None:
         if not self.pop.alive[receiver] or receiver == sender:
@@ -236,15 +303,30 @@ class World:
         if self.rec is not None:
             self.rec.flush()
 
-    def run(self, until_s: float) -> None:
-        self.env.process(self.market())
-        for c in self.cohorts:
-            self.env.process(self.heartbeat(c))
-        if self.rec is not None:
-            self.env.process(self.flusher())
+    def run(self, until_s: float, resume=None) -> None:
+        """Run to `until_s` (events at exactly until_s do not run, as with env.run(until)).
+
+        `resume` (a sim.checkpoint.Checkpoint whose state is already restored) recreates the
+        pending events in their recorded order instead of starting the processes afresh.
+        Raises RunInterrupted, between two events, once `stop_signal` is set.
+        """
+        if resume is None:
+            self.start("market", self.market())
+            for i, c in enumerate(self.cohorts):
+                self.start(("cohort", i), self.heartbeat(c))
+            if self.rec is not None:
+                self.start("flusher", self.flusher())
+        else:
+            resume.reschedule(self)
         if self.progress is not None:
-            self.env.process(self.reporter(max(until_s / 200, 300)))
-        self.env.run(until=until_s)
+            self.start("reporter", self.reporter(max(until_s / 200, 300)))
+        env = self.env
+        while self.stop_signal is None and env.peek() < until_s:
+            env.step()
+        if self.stop_signal is not None:
+            raise RunInterrupted(self.stop_signal)
+        if env.now < until_s:
+            env.run(until=until_s)
         # the bar at the end time is part of the run
         if self.rec is not None:
             idx = self.tape.index_at(self.now_ms + self.t0_ms)

@@ -55,7 +55,11 @@ def test_one_heartbeat_per_golem_tick_in_order(flash_run):
     assert h.group_by("golem_id").agg(pl.col("tick").max())["tick"].to_list() == [ticks - 1] * n_golems
     # written in (time, golem) order
     assert h.select(["time_ms", "golem_id"]).equals(h.select(["time_ms", "golem_id"]).sort(["time_ms", "golem_id"]))
-    assert set(h["state_path"].unique()) <= {"SENSING>DECIDING>ACTING>REFLECTING", "SENSING>DECIDING>ACTING>REFLECTING>TERMINAL>DEAD"}
+    assert set(h["state_path"].unique()) <= {"SENSING>DECIDING>ACTING>REFLECTING", "DREAMING",
+                                            "SENSING>DECIDING>ACTING>REFLECTING>TERMINAL>DEAD"}
+    # one DREAMING tick after every 288 awake ones: ticks 288 and 577 of 864
+    dreams = h.filter(pl.col("state_path") == "DREAMING")
+    assert sorted(dreams["tick"].unique().to_list()) == [288, 577] and dreams.height == 2 * n_golems
 
 
 def test_flash_crash_pleasure_falls_and_arousal_rises(flash_run):

@@ -1,0 +1,281 @@
+"""Checkpoints and resume (SPEC §13: a run killed mid-way resumes to the same result).
+
+At every periodic recorder flush the world saves its whole state to `RUN/checkpoint/`:
+Population arrays, the Grimoire's used slots (columns, embeddings, reflex phrases and links),
+ndarray state the Mind keeps itself (or `Mind.checkpoint_state()` when it has one), the world's
+counters (event sequence, market step, stats, recorder part index), and the SimPy queue: the
+next wake-up of the market, of each heartbeat cohort and of the flusher, and every Clade push
+still in flight (receiver, due time, the captured entry).
+
+Why the result is byte-identical: the flusher runs at a priority below every other event
+(`sim.world.LOW`), so a checkpoint always sees whole instants; pending events are saved in SimPy
+creation order (eid) with their exact float times and recreated in that order on resume, and
+SimPy orders equal (time, priority) by creation, so same-time events run in the same order as in
+the uninterrupted run. The Mind's lexicon and item memories are pure functions of the seed and
+are rebuilt, not saved. Part files at or past the checkpoint's part index are deleted on resume
+and rewritten identically.
+
+Files: `state-NNNNN.npz` (arrays) then `state-NNNNN.json` (everything else, with the npz's
+sha256) are each written to a temporary name and renamed; the json is the commit point and older
+states are removed after it lands, so a kill at any moment leaves one complete checkpoint.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from golem import grimoire as gm
+from sim.recorder import TABLES, Recorder, atomic_write_bytes, atomic_write_json
+from sim.scenario import InputError
+
+FORMAT = 1
+_STATE = re.compile(r"state-(\d{5,})\.json$")
+
+
+class CheckpointError(RuntimeError):
+    """The world holds an event a checkpoint cannot describe (a bug, not bad input)."""
+
+
+# ------------------------------------------------------------------------------------ saving
+def _used_slots(gr) -> np.ndarray:
+    """Slots in use: slot g*cap + j for j < count[g] (slots past count are never touched)."""
+    return np.concatenate([np.arange(g * gr.capacity, g * gr.capacity + int(c)) for g, c in enumerate(gr.count)]
+                          ).astype(np.int64) if gr.n_golems else np.zeros(0, np.int64)
+
+
+def _mind_state(mind) -> dict[str, np.ndarray]:
+    if hasattr(mind, "checkpoint_state"):
+        return dict(mind.checkpoint_state())
+    return {k: v for k, v in vars(mind).items() if isinstance(v, np.ndarray)}
+
+
+def _pending(world) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
+    """The SimPy queue as data, in creation (eid) order; Clade entries deduplicated."""
+    from sim.world import Delivery
+    items, entries, arrays = [], [], {}
+    seen: dict[int, int] = {}
+    for t, prio, eid, ev in sorted(world.env._queue, key=lambda q: q[2]):
+        cbs = ev.callbacks or []
+        if not cbs:
+            continue  # a finished process' own event: nothing waits on it
+        for cb in cbs:
+            if isinstance(cb, Delivery):
+                k = seen.get(id(cb.entry))
+                if k is None:
+                    k = seen[id(cb.entry)] = len(entries)
+                    entries.append({f: v for f, v in cb.entry.items() if f != "emb"})
+                    arrays[f"entry/{k}"] = np.asarray(cb.entry["emb"])
+                items.append(dict(role="delivery", time=t, priority=prio, receiver=cb.receiver, sender=cb.sender,
+                                  entry=k, alert_type=cb.alert_type, delay_s=cb.delay_s))
+                continue
+            role = world.roles.get(getattr(cb, "__self__", None))
+            if role == "reporter":
+                continue  # progress display only: restarted fresh on resume
+            if role is None:
+                raise CheckpointError(f"cannot checkpoint a pending event at t={t}: unknown callback {cb!r}")
+            items.append(dict(role=list(role) if isinstance(role, tuple) else role, time=t, priority=prio))
+    return items, entries, arrays
+
+
+def save(world, ckdir: Path) -> Path:
+    """Write the checkpoint of `world` now (called by the flusher right after a flush)."""
+    from sim.world import LOW
+    ckdir = Path(ckdir)
+    ckdir.mkdir(parents=True, exist_ok=True)
+    pop, gr = world.pop, world.gr
+    arrays: dict[str, np.ndarray] = {}
+    for k, v in vars(pop).items():
+        if isinstance(v, np.ndarray):
+            arrays[f"pop/{k}"] = v
+    used = _used_slots(gr)
+    for k, col in gr.cols.items():
+        arrays[f"gr/{k}"] = col[used]
+    arrays["gr/emb"] = gr.emb[used]
+    arrays["gr/count"] = gr.count
+    for k, v in _mind_state(world.mind).items():
+        arrays[f"mind/{k}"] = v
+    pending, entries, earr = _pending(world)
+    arrays.update(earr)
+    # the flusher is running: its next wake-up is created after this save, i.e. last
+    pending.append(dict(role="flusher", time=world.env.now + world.cfg.recording.flush_every_s, priority=LOW))
+
+    part = world.rec.part
+    name = f"state-{part:05d}"
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    atomic_write_bytes(ckdir / f"{name}.npz", data)
+    meta = {
+        "format": FORMAT, "now_s": world.env.now, "part": part, "event_seq": world.event_seq,
+        "market_step": world.market_step, "stats": asdict(world.stats), "next_id": gr.next_id,
+        "recall_when": [[int(k), list(v)] for k, v in sorted(gr.recall_when.items())],
+        "links": [[int(k), [int(x) for x in v]] for k, v in sorted(gr.links.items())],
+        "pending": pending, "entries": entries, "arrays": f"{name}.npz",
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    atomic_write_json(ckdir / f"{name}.json", meta)
+    for f in ckdir.iterdir():
+        if f.name.startswith("state-") and not f.name.startswith(name + "."):
+            f.unlink(missing_ok=True)
+    return ckdir / f"{name}.json"
+
+
+# ----------------------------------------------------------------------------------- loading
+class Checkpoint:
+    """A loaded checkpoint: `restore(world)` puts the state back, `reschedule(world)` the queue."""
+
+    def __init__(self, meta: dict, arrays: dict[str, np.ndarray], path: Path):
+        self.meta, self.arrays, self.path = meta, arrays, path
+
+    @property
+    def now_s(self) -> float:
+        return float(self.meta["now_s"])
+
+    @property
+    def part(self) -> int:
+        return int(self.meta["part"])
+
+    def restore(self, world) -> None:
+        """Overwrite a freshly built world (same scenario, config, tape, seed) with this state."""
+        from sim.world import Stats
+        a, m = self.arrays, self.meta
+        world.env = simpy.Environment(initial_time=self.now_s)
+        world.roles = {}
+        pop, gr = world.pop, world.gr
+        for k, v in a.items():
+            if k.startswith("pop/"):
+                setattr(pop, k[4:], v.copy())
+        gr.count[:] = a["gr/count"]
+        used = _used_slots(gr)
+        for k, col in gr.cols.items():
+            col[:] = gm._RESET.get(k, 0)
+            col[used] = a[f"gr/{k}"]
+        gr.emb[:] = 0
+        gr.emb[used] = a["gr/emb"]
+        gr.next_id = int(m["next_id"])
+        gr.recall_when.clear()
+        gr.recall_when.update({int(k): tuple(v) for k, v in m["recall_when"]})
+        gr.links.clear()
+        gr.links.update({int(k): tuple(v) for k, v in m["links"]})
+        mind_arrays = {k[5:]: v.copy() for k, v in a.items() if k.startswith("mind/")}
+        if hasattr(world.mind, "restore_state"):
+            world.mind.restore_state(mind_arrays)
+        else:
+            for k, v in mind_arrays.items():
+                setattr(world.mind, k, v)
+        world.event_seq = int(m["event_seq"])
+        world.market_step = int(m["market_step"])
+        world.stats = Stats(**m["stats"])
+
+    def reschedule(self, world) -> None:
+        """Recreate the pending events in recorded order at their exact times (World.run calls it)."""
+        from sim.world import Delivery
+        entries = []
+        for k, e in enumerate(self.meta["entries"]):
+            entries.append(dict(e, emb=self.arrays[f"entry/{k}"]))
+        for item in self.meta["pending"]:
+            ev = world.at(float(item["time"]), int(item["priority"]))
+            role = item["role"]
+            if role == "delivery":
+                ev.callbacks.append(Delivery(world, int(item["receiver"]), int(item["sender"]), entries[item["entry"]],
+                                             item["alert_type"], float(item["delay_s"])))
+            elif role == "market":
+                world.start("market", world.market(first=ev))
+            elif role == "flusher":
+                world.start("flusher", world.flusher(first=ev))
+            elif isinstance(role, list) and role[0] == "cohort":
+                i = int(role[1])
+                world.start(("cohort", i), world.heartbeat(world.cohorts[i], first=ev))
+            else:
+                raise CheckpointError(f"{self.path}: unknown pending role {role!r}")
+
+
+def load(ckdir: Path) -> Checkpoint | None:
+    """The newest complete checkpoint in `ckdir` (its json landed and the npz hash matches), or None."""
+    ckdir = Path(ckdir)
+    if not ckdir.is_dir():
+        return None
+    metas = sorted((f for f in ckdir.iterdir() if _STATE.match(f.name)), reverse=True)
+    for f in metas:
+        try:
+            meta = json.loads(f.read_text())
+            data = (ckdir / meta["arrays"]).read_bytes()
+        except (OSError, ValueError, KeyError):
+            continue
+        if hashlib.sha256(data).hexdigest() != meta.get("sha256") or meta.get("format") != FORMAT:
+            continue
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        return Checkpoint(meta, arrays, f)
+    return None
+
+
+# ------------------------------------------------------------------------------------ resume
+def _drop_parts_from(run_dir: Path, part: int) -> None:
+    """Remove part files the checkpoint does not cover (and half-written temporaries)."""
+    for t in TABLES:
+        d = run_dir / t
+        if not d.is_dir():
+            continue
+        for f in d.iterdir():
+            m = re.fullmatch(r"part-(\d+)\.parquet", f.name)
+            if f.name.endswith(".tmp") or (m and int(m.group(1)) >= part):
+                f.unlink()
+
+
+def resume(run_dir: str | Path, progress=None):
+    """Continue an interrupted or killed run from its latest checkpoint to its end.
+
+    The scenario, config and seed come from the manifest; the tape is rebuilt as the run built it
+    (generator: from the seed; file: the same file, checked against the recorded sha256). The
+    finished tables are byte-identical to an uninterrupted run's.
+    """
+    from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
+    from sim.run import build_tape, configure_logging, drive
+    from sim.tape_market import file_sha256
+    from sim.world import World
+
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    if manifest.get("status") == "complete":
+        raise InputError(f"{run_dir / 'manifest.json'}: status: the run is complete; nothing to resume")
+    ck = load(run_dir / "checkpoint")
+    if ck is None:
+        raise InputError(f"{run_dir / 'checkpoint'}: no complete checkpoint (the run stopped before its first "
+                         "flush); expected a run that flushed at least once — run it again")
+    scenario = scenario_from_manifest(manifest, run_dir)
+    cfg = config_from_manifest(manifest, run_dir)
+    seed = int(manifest["seed"])
+    meta = manifest.get("tape") or {}
+    if meta.get("source") == "file":
+        p = Path(meta["path"])
+        if not p.exists() or file_sha256(p) != meta.get("sha256"):
+            raise InputError(f"{p}: the tape file is missing or changed since the run started; expected the "
+                             f"same file (sha256 {meta.get('sha256', '?')[:12]}...)")
+        scenario.market.tape.path = str(p)
+    if meta.get("source") == "run":  # a counterfactual: its market is the parent's recorded tape
+        from sim.tape_market import tape_from_run
+        tape = tape_from_run(meta["run"])
+    else:
+        tape = build_tape(scenario, seed, cfg)
+    _drop_parts_from(run_dir, ck.part)
+    configure_logging(run_dir)
+    rec = Recorder(run_dir, part_start=ck.part)
+    world = World(scenario, cfg, tape, seed, recorder=rec, progress=progress)
+    world.checkpoint_dir = run_dir / "checkpoint"
+    ck.restore(world)
+    manifest.update(status="running", resumed_from_s=ck.now_s, resumes=int(manifest.get("resumes", 0)) + 1)
+    for k in ("stopped_at_s", "error", "signal", "hashes", "row_counts"):
+        manifest.pop(k, None)
+    atomic_write_json(run_dir / "manifest.json", manifest)
+    return drive(world, manifest, run_dir, True, scenario.duration_s, resume=ck)
+
+
+__all__ = ["save", "load", "resume", "Checkpoint", "CheckpointError"]

@@ -1,0 +1,446 @@
+"""`golem-sim report`: one self-contained HTML page per run (or two runs side by side).
+
+Everything the page needs is inside the file: the figures are matplotlib PNGs embedded as base64
+data URIs and the style sheet is inline, so the report can be mailed, archived next to the run or
+opened offline. A tiny inline script counts the images that decoded once the page has loaded and
+appends "loaded N/N" to the title (the headless-browser test reads it).
+
+The numbers come from `sim.analysis`; this module only draws them. Sections: summary, price with
+regime bands and flashbulbs, PAD per Clade, emotions, retrieval bias with lock-in, curator /
+contrarian / dream / reflex activity, the contagion wave, deaths, the Golems' lives and a Grimoire
+map per Golem.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Callable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+from sim import analysis as A  # noqa: E402
+
+DPI = 100
+MAX_GOLEMS = 8
+LABEL_COLOURS = {"success": "#3ddc84", "frustration": "#ff4d4d", "risk": "#ffb000", "neutral": "#9aa0a6"}
+EMOTION_COLOURS = {"joy": "#f7d13d", "trust": "#8fd16a", "fear": "#2e8b57", "surprise": "#35b7c9",
+                   "sadness": "#4a78c2", "disgust": "#8e5cc2", "anger": "#d9413a", "anticipation": "#f08a24",
+                   "neutral": "#c8c8c8"}
+REGIME_COLOURS = {"calm": "#dfe9f5", "bull": "#d9f2dc", "bear": "#f7dede", "crash": "#f2b8b8",
+                  "recovery": "#f4ecd0", "volatile": "#efe0f5"}
+EXTRA_COLOURS = ["#e8e8e8", "#e0f0f0", "#f0e8d8", "#e8e0f0"]
+CLADE_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;background:#fafbfc}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde2ea;padding-bottom:4px}
+.sub{color:#5b6475;font-size:13px} .note{color:#5b6475;font-size:12px;margin:4px 0 10px}
+.row{display:grid;gap:16px} .row.c1{grid-template-columns:1fr} .row.c2{grid-template-columns:1fr 1fr}
+.col{min-width:0} .col h3{font-size:13px;color:#5b6475;margin:0 0 6px}
+img{max-width:100%;height:auto;display:block;border:1px solid #e3e7ee;border-radius:4px;background:#fff}
+table{border-collapse:collapse;font-size:12px;margin:6px 0} th,td{padding:3px 8px;border-bottom:1px solid #e6e9ef;text-align:right}
+th{background:#eef1f6} td.l,th.l{text-align:left} .none{color:#8a93a3;font-style:italic;font-size:13px;padding:8px 0}
+"""
+LOAD_SCRIPT = """<script>
+window.addEventListener('load', function () {
+  var im = document.images, ok = 0;
+  for (var i = 0; i < im.length; i++) { if (im[i].complete && im[i].naturalWidth > 0) ok++; }
+  document.title = document.title + ' - loaded ' + ok + '/' + im.length;
+  document.body.setAttribute('data-images', ok + '/' + im.length);
+});
+</script>"""
+
+
+# ---------------------------------------------------------------------------------- helpers
+def png_data_uri(fig) -> str:
+    """Render a figure to a PNG data URI and close it (figures are never kept open)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", facecolor=fig.get_facecolor())
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def img(fig, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="{png_data_uri(fig)}">'
+
+
+def none(text: str = "none recorded") -> str:
+    return f'<div class="none">{html.escape(text)}</div>'
+
+
+def table_html(df: pl.DataFrame, fmt: dict[str, str] | None = None, left: Sequence[str] = ()) -> str:
+    """A small DataFrame as an HTML table (numbers formatted, text left-aligned)."""
+    fmt = fmt or {}
+    head = "".join(f'<th class="{"l" if c in left else ""}">{html.escape(c)}</th>' for c in df.columns)
+    rows = []
+    for r in df.iter_rows():
+        cells = []
+        for c, v in zip(df.columns, r):
+            if v is None:
+                s = "–"
+            elif isinstance(v, float):
+                s = "–" if np.isnan(v) else format(v, fmt.get(c, ".3g"))
+            elif isinstance(v, list):
+                s = ", ".join(map(str, v))
+            else:
+                s = str(v)
+            cells.append(f'<td class="{"l" if c in left else ""}">{html.escape(s)}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+class Clock:
+    """Simulated time -> plot axis: hours (short runs) or days since the run's first bar."""
+
+    def __init__(self, run: Path):
+        t = A.scan_runs(run, "market").select(pl.col("time_ms").min().alias("a"), pl.col("time_ms").max().alias("b")).collect()
+        if t["a"][0] is None:
+            t = A.scan_runs(run, "heartbeats").select(pl.col("time_ms").min().alias("a"),
+                                                     pl.col("time_ms").max().alias("b")).collect()
+        self.t0 = int(t["a"][0] or 0)
+        span = (int(t["b"][0] or 0) - self.t0) / 3.6e6
+        self.unit_ms, self.label = (8.64e7, "days") if span > 48 else (3.6e6, "hours")
+
+    def __call__(self, ms) -> np.ndarray:
+        return (np.asarray(ms, dtype=np.float64) - self.t0) / self.unit_ms
+
+
+def _golem_subset(life: pl.DataFrame, cap: int) -> list[int]:
+    """Up to `cap` Golems, taken round-robin across Clades so each Clade is shown."""
+    by = {c: g["golem_id"].to_list() for c, g in life.sort("golem_id").group_by("clade_id", maintain_order=True)}
+    out: list[int] = []
+    while len(out) < cap and any(by.values()):
+        for c in sorted(by):
+            if by[c] and len(out) < cap:
+                out.append(by[c].pop(0))
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------------------- sections
+def section_price(run: Path, ck: Clock) -> str:
+    market = A.scan_runs(run, "market").collect()
+    if market.is_empty():
+        return none("no market table")
+    spans = A.regime_spans(run).collect()
+    assets = market["asset"].unique(maintain_order=True).to_list()
+    fb = (A.scan_runs(run, "heartbeats").filter(pl.col("flashbulb")).select("golem_id", "time_ms", "price")
+          .join(A.golem_assets(run).drop("run"), on="golem_id", how="left").collect())
+    regimes = spans["regime"].unique(maintain_order=True).to_list()
+    colour = {r: REGIME_COLOURS.get(r, EXTRA_COLOURS[i % len(EXTRA_COLOURS)]) for i, r in enumerate(regimes)}
+    fig, axes = plt.subplots(len(assets), 1, figsize=(10, 2.2 * len(assets) + 0.4), sharex=True, squeeze=False)
+    for ax, asset in zip(axes[:, 0], assets):
+        m = market.filter(pl.col("asset") == asset)
+        sp = spans.filter(pl.col("asset") == asset)
+        for r, a, b in zip(sp["regime"], ck(sp["start_ms"]), ck(sp["end_ms"])):
+            ax.axvspan(a, b, color=colour[r], lw=0)
+        ax.plot(ck(m["time_ms"]), m["close"].to_numpy(), color="#1d2330", lw=1)
+        f = fb.filter(pl.col("asset") == asset)
+        if f.height:
+            ax.scatter(ck(f["time_ms"]), f["price"].to_numpy(), marker="*", s=70, color="#ffb000",
+                       edgecolor="#7a4b00", lw=0.5, zorder=5, label=f"flashbulb ({f.height})")
+            ax.legend(loc="lower left", fontsize=8, frameon=False)
+        ax.set_ylabel(f"{asset} close")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[r]) for r in regimes]
+    axes[0, 0].figure.legend(handles, regimes, loc="upper right", ncol=len(regimes), fontsize=8, frameon=False)
+    axes[-1, 0].set_xlabel(ck.label)
+    return img(fig, "price with regime bands and flashbulbs")
+
+
+def section_pad(run: Path, ck: Clock, names: dict[int, str]) -> str:
+    b = A.pad_bands(run, "1h").collect()
+    if b.is_empty():
+        return none("no heartbeats")
+    fig, axes = plt.subplots(3, 1, figsize=(10, 6), sharex=True)
+    for ax, c, title in zip(axes, "pad", ("pleasure", "arousal", "dominance")):
+        for ci, g in b.group_by("clade_id", maintain_order=True):
+            ci = ci[0]
+            x = ck(g["bucket_ms"])
+            col = CLADE_COLOURS[ci % len(CLADE_COLOURS)]
+            ax.fill_between(x, g[f"{c}_q25"].to_numpy(), g[f"{c}_q75"].to_numpy(), color=col, alpha=0.2, lw=0)
+            ax.plot(x, g[f"{c}_median"].to_numpy(), color=col, lw=1.3, label=names.get(ci, f"clade {ci}"))
+        ax.axhline(0, color="#999", lw=0.6)
+        ax.set_ylim(-1.05, 1.05)
+        ax.set_ylabel(title)
+    axes[0].legend(fontsize=8, frameon=False, ncol=4, loc="upper left")
+    axes[-1].set_xlabel(ck.label + " (median and inter-quartile band per Clade, hourly)")
+    return img(fig, "PAD trajectories per Clade")
+
+
+def section_emotions(run: Path, ck: Clock) -> str:
+    s = A.emotion_shares(run, "1h").collect()
+    if s.is_empty():
+        return none("no heartbeats")
+    wide = s.pivot(on="emotion", index="bucket_ms", values="share").sort("bucket_ms").fill_null(0.0)
+    order = [e for e in EMOTION_COLOURS if e in wide.columns] + \
+            sorted(c for c in wide.columns if c not in EMOTION_COLOURS and c != "bucket_ms")
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    ax.stackplot(ck(wide["bucket_ms"]), *[wide[e].to_numpy() for e in order], labels=order,
+                 colors=[EMOTION_COLOURS.get(e, "#bbbbbb") for e in order], lw=0)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of Golems")
+    ax.set_xlabel(ck.label)
+    ax.legend(fontsize=7, ncol=len(order), loc="upper center", bbox_to_anchor=(0.5, -0.25), frameon=False)
+    return img(fig, "emotions over time")
+
+
+def _lock_in_count(ep: pl.DataFrame, edges_ms: np.ndarray) -> np.ndarray:
+    """Golems inside a lock-in episode per bucket (difference array; no loop over episodes)."""
+    cnt = np.zeros(edges_ms.size + 1)
+    if ep.height:
+        lo = np.searchsorted(edges_ms, ep["start_ms"].to_numpy(), side="right") - 1
+        hi = np.searchsorted(edges_ms, ep["end_ms"].to_numpy(), side="right")
+        np.add.at(cnt, np.clip(lo, 0, None), 1)
+        np.add.at(cnt, hi, -1)
+    return np.cumsum(cnt)[:-1]
+
+
+def section_bias(run: Path, ck: Clock, threshold: float, min_ticks: int) -> str:
+    b = A.bias_over_time(run, "1h").collect()
+    if b.is_empty():
+        return none("no retrievals with a pool")
+    ep = A.lock_in_episodes(run, threshold=threshold, min_ticks=min_ticks).collect()
+    ng = A.scan_runs(run, "retrievals").select(pl.col("golem_id").n_unique()).collect().item()
+    x = ck(b["bucket_ms"])
+    locked = _lock_in_count(ep, b["bucket_ms"].to_numpy())
+    fig, axes = plt.subplots(2, 1, figsize=(10, 4.8), sharex=True)
+    for ax, m, title in zip(axes, ("mood_congruence", "valence_bias"), ("mood congruence", "retrieval valence bias")):
+        tw = ax.twinx()
+        tw.fill_between(x, 0, locked / max(ng, 1), step="post", color="#ff8c00", alpha=0.18, lw=0)
+        tw.set_ylim(0, 1)
+        tw.set_ylabel("share locked in", color="#c06a00", fontsize=8)
+        ax.set_zorder(tw.get_zorder() + 1)
+        ax.patch.set_visible(False)
+        ax.fill_between(x, b[f"{m}_q25"].to_numpy(), b[f"{m}_q75"].to_numpy(), color="#4a78c2", alpha=0.25, lw=0)
+        ax.plot(x, b[f"{m}_median"].to_numpy(), color="#1f3f7a", lw=1.2, label="median")
+        ax.plot(x, b[f"{m}_mean"].to_numpy(), color="#1f3f7a", lw=0.8, ls="--", label="mean")
+        ax.axhline(0, color="#999", lw=0.6)
+        ax.set_ylabel(title)
+    axes[0].axhline(threshold, color="#c06a00", lw=0.8, ls=":", label=f"lock-in threshold {threshold:g}")
+    axes[0].legend(fontsize=8, frameon=False, loc="upper left", ncol=3)
+    axes[-1].set_xlabel(ck.label + f" (orange: share of Golems in a lock-in episode, ≥ {min_ticks} ticks)")
+    return img(fig, "mood congruence and valence bias with lock-in")
+
+
+def section_activity(run: Path, ck: Clock) -> str:
+    ev = A.event_counts(run, A.ACTIVITY_KINDS, "6h").collect()
+    totals = {k: int(ev.filter(pl.col("kind") == k)["n"].sum()) for k in A.ACTIVITY_KINDS}
+    if not any(totals.values()):
+        return none("; ".join(f"{k}: none recorded" for k in A.ACTIVITY_KINDS))
+    fig, axes = plt.subplots(len(A.ACTIVITY_KINDS), 1, figsize=(10, 4.2), sharex=True)
+    end = ck(A.scan_runs(run, "heartbeats").select(pl.col("time_ms").max()).collect().item() or ck.t0)
+    for ax, k in zip(axes, A.ACTIVITY_KINDS):
+        e = ev.filter(pl.col("kind") == k)
+        if e.height:
+            ax.bar(ck(e["bucket_ms"]), e["n"].to_numpy(), width=ck(ck.t0 + 6 * 3.6e6) - ck(ck.t0), align="edge",
+                   color="#4a78c2")
+        else:
+            ax.text(0.5, 0.5, "none recorded", transform=ax.transAxes, ha="center", va="center", color="#8a93a3")
+            ax.set_yticks([])
+        ax.set_xlim(0, max(float(end), 1e-9))
+        ax.set_ylabel(k, rotation=0, ha="right", va="center")
+    axes[-1].set_xlabel(ck.label + " (events per 6 h)")
+    note = ", ".join(f"{k}: {n if n else 'none recorded'}" for k, n in totals.items())
+    return img(fig, "curator, contrarian, dream and reflex events") + f'<div class="note">{html.escape(note)}</div>'
+
+
+def _latency_group(distinct: int) -> pl.Expr:
+    """Few distinct latencies: one curve each; otherwise split at the median."""
+    lat = pl.col("latency_ms")
+    if distinct <= 3:
+        return lat.cast(pl.String) + pl.lit(" ms")
+    return pl.when(lat <= lat.median()).then(pl.lit("short latency")).otherwise(pl.lit("long latency"))
+
+
+def section_contagion(run: Path, ck: Clock) -> str:
+    w = A.contagion_waves(run).collect()
+    if w.is_empty():
+        return none()
+    resp = (A.contagion_response(run, before="1h", after="6h", alert_type=None)
+            .unique(subset=["receiver", "time_ms", "hb_ms"])
+            .with_columns((pl.col("rel_ms") // 600_000 * 10).alias("rel_min"),
+                          _latency_group(w["latency_ms"].n_unique()).alias("lat"))
+            .group_by("clade_distance", "lat", "rel_min").agg(pl.col("a").mean(), pl.len().alias("n"))
+            .sort("rel_min").collect())
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.4), gridspec_kw={"width_ratios": [1.4, 1]})
+    sig_col = {"THREAT": "#d9413a", "OPPORTUNITY": "#3ddc84", "WISDOM": "#4a78c2"}
+    for sig, g in w.group_by("signal", maintain_order=True):
+        a1.scatter(ck(g["time_ms"]), g["da"].to_numpy(), s=10, alpha=0.6, color=sig_col.get(sig[0], "#777"),
+                   label=f"{sig[0]} ({g.height})")
+    a1.axhline(0, color="#999", lw=0.6)
+    a1.set_xlabel(ck.label)
+    a1.set_ylabel("receiver arousal shift at delivery")
+    a1.legend(fontsize=8, frameon=False)
+    for (dist, lat), g in resp.group_by("clade_distance", "lat", maintain_order=True):
+        a2.plot(g["rel_min"].to_numpy() / 60, g["a"].to_numpy(), lw=1.2,
+                label=f"{'same' if dist == 0 else 'other'} clade, {lat}")
+    a2.axvline(0, color="#999", lw=0.6)
+    a2.set_xlabel("hours from delivery")
+    a2.set_ylabel("receivers' mean arousal")
+    a2.legend(fontsize=8, frameon=False)
+    pushes = w.select(pl.struct("sender", "sender_entry").n_unique()).item()
+    note = (f"{w.height} deliveries of {pushes} pushes; mean arousal shift {w['da'].mean():+.3f}, "
+            f"latency {int(w['latency_ms'].min())}–{int(w['latency_ms'].max())} ms")
+    return img(fig, "contagion wave") + f'<div class="note">{html.escape(note)}</div>'
+
+
+def section_deaths(run: Path, ck: Clock, life: pl.DataFrame) -> str:
+    dead = life.filter(~pl.col("alive"))
+    vit = (A.scan_runs(run, "heartbeats").with_columns((pl.col("time_ms") // 3_600_000 * 3_600_000).alias("b"))
+           .group_by("clade_id", "b").agg(pl.col("vitality").median()).sort("b").collect())
+    fig, ax = plt.subplots(figsize=(10, 2.4))
+    for ci, g in vit.group_by("clade_id", maintain_order=True):
+        ax.plot(ck(g["b"]), g["vitality"].to_numpy(), color=CLADE_COLOURS[ci[0] % len(CLADE_COLOURS)], lw=1.1)
+    if dead.height:
+        ax.scatter(ck(dead["died_ms"]), dead["final_vitality"].to_numpy(), marker="x", color="#000", s=40,
+                   zorder=5, label="death")
+        ax.legend(fontsize=8, frameon=False)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("median vitality")
+    ax.set_xlabel(ck.label)
+    out = img(fig, "vitality and deaths")
+    if dead.height:
+        t = dead.select("golem_id", "clade_id", pl.col("died_ms").map_batches(
+            lambda s: pl.Series(ck(s), dtype=pl.Float64)).alias(f"died ({ck.label})"), "cause", "final_value", "pnl_pct")
+        return out + table_html(t, {"final_value": ",.0f", "pnl_pct": "+.1%", f"died ({ck.label})": ".2f"}, ["cause"])
+    return out + none("no Golem died")
+
+
+def section_lives(life: pl.DataFrame) -> str:
+    t = life.select("golem_id", "clade_id", "ticks", "final_value", "pnl_pct", "flashbulbs", "dominant_emotion",
+                    "n_emotions", pl.col("cause").fill_null("alive"))
+    return table_html(t, {"final_value": ",.0f", "pnl_pct": "+.1%"}, ["dominant_emotion", "cause"])
+
+
+def section_grimoire(run: Path, golems: list[int]) -> str:
+    gm = A.grimoire_map(run, golems).collect()
+    if gm.is_empty():
+        return none("no entries")
+    n = len(golems)
+    pad = 0.08
+    xl = (max(-1.05, gm["x"].min() - pad), min(1.05, gm["x"].max() + pad))
+    yl = (max(-1.05, gm["y"].min() - pad), min(1.05, gm["y"].max() + pad))
+    cols = min(4, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 3.0 * rows + 0.4), squeeze=False, facecolor="#0b0f1a")
+    for ax in axes.flat:
+        ax.set_facecolor("#0b0f1a")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for s in ax.spines.values():
+            s.set_color("#2a3142")
+    for ax, g in zip(axes.flat, golems):
+        e = gm.filter(pl.col("golem_id") == g)
+        x, y = e["x"].to_numpy(), e["y"].to_numpy()
+        sal, heat = e["salience"].to_numpy(), e["heat"].to_numpy()
+        col = np.array([matplotlib.colors.to_rgb(LABEL_COLOURS.get(lbl, "#9aa0a6")) for lbl in e["label"].to_list()])
+        col = col.reshape(-1, 3)
+        base = 6 + 110 * sal
+        for scale, alpha in ((3.2, 0.035), (1.9, 0.07), (1.0, 0.16)):   # the glow: size follows salience
+            ax.scatter(x, y, s=base * scale, c=col, alpha=alpha, lw=0)
+        core = 0.55 * col + 0.45                                           # bright core: size follows heat
+        ax.scatter(x, y, s=0.5 + 14 * heat, c=core, alpha=0.9, lw=0)
+        ax.axhline(0, color="#2a3142", lw=0.5)
+        ax.axvline(0, color="#2a3142", lw=0.5)
+        ax.set_xlim(*xl)
+        ax.set_ylim(*yl)
+        ax.set_title(f"Golem {g} · clade {int(e['clade_id'][0]) if e.height else '?'} · {e.height} entries",
+                     color="#c9d1e0", fontsize=9)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in LABEL_COLOURS.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False, labelcolor="#c9d1e0",
+               bbox_to_anchor=(0.5, -0.04))
+    note = (f"x = pleasure of the entry's tag ({xl[0]:+.2f} to {xl[1]:+.2f}), y = arousal ({yl[0]:+.2f} to "
+            f"{yl[1]:+.2f}); untagged entries sit at the origin. Glow size = salience, colour = [S] label, "
+            "bright core = heat (log-scaled access count).")
+    return img(fig, "Grimoire maps") + f'<div class="note">{html.escape(note)}</div>'
+
+
+def summary(runs: list[Path], threshold: float, min_ticks: int) -> str:
+    bs = A.bias_summary(runs, threshold, min_ticks).collect()
+    life = A.life_summaries(runs).group_by("run").agg(
+        pl.len().alias("golems"), (~pl.col("alive")).sum().alias("deaths"), pl.col("flashbulbs").sum(),
+        (pl.col("final_value").sum() / pl.col("value0").sum() - 1).alias("pnl_pct"))
+    ev = A.scan_runs(runs, "events").group_by("run").agg((pl.col("kind") == "contagion").sum().alias("contagion"))
+    t = (pl.LazyFrame({"run": A.run_names(runs)}).join(life, on="run", how="left")
+         .join(bs.lazy().drop("golems"), on="run", how="left").join(ev, on="run", how="left")
+         .select("run", "golems", "deaths", "pnl_pct", "flashbulbs", "contagion", "mean_mood_congruence",
+                 "mean_valence_bias", "lock_in_episodes", "lock_in_share").collect())
+    return table_html(t, {"pnl_pct": "+.2%", "lock_in_share": ".1%", "mean_mood_congruence": "+.3f",
+                          "mean_valence_bias": "+.3f"}, ["run"])
+
+
+# ---------------------------------------------------------------------------------- page
+def _header(run: Path) -> str:
+    m = A.manifest(run)
+    sc = m.get("scenario") or {}
+    n = sum(g.get("count", 0) for g in sc.get("golems", []))
+    bits = [f"scenario <b>{html.escape(str(sc.get('name', '?')))}</b>", f"seed {m.get('seed', '?')}",
+            f"{n} Golems", f"status {html.escape(str(m.get('status', '?')))}"]
+    if sc.get("description"):
+        bits.append(html.escape(sc["description"]))
+    return f'<div class="sub">{html.escape(run.name)}: ' + " · ".join(bits) + "</div>"
+
+
+def build_html(run: str | Path, compare: str | Path | None = None, threshold: float = 0.4,
+               min_ticks: int = 12, max_golems: int = MAX_GOLEMS) -> str:
+    """The report page as a string: one column per run (two with `compare`)."""
+    runs = [Path(run)] + ([Path(compare)] if compare else [])
+    for r in runs:
+        A.run_dirs(r)  # raises a clear error for a missing run
+    per: list[dict[str, str]] = []
+    for r in runs:
+        ck, names = Clock(r), A.clade_names(r)
+        life = A.life_summaries(r).collect()
+        golems = _golem_subset(life, max_golems)
+        s: dict[str, str] = {}
+        builders: list[tuple[str, Callable[[], str]]] = [
+            ("Price, regimes and flashbulbs", lambda: section_price(r, ck)),
+            ("PAD per Clade", lambda: section_pad(r, ck, names)),
+            ("Emotions", lambda: section_emotions(r, ck)),
+            ("Mood congruence and retrieval valence bias", lambda: section_bias(r, ck, threshold, min_ticks)),
+            ("Curator, contrarian, dream and reflex", lambda: section_activity(r, ck)),
+            ("Contagion wave", lambda: section_contagion(r, ck)),
+            ("Deaths", lambda: section_deaths(r, ck, life)),
+            ("Golems", lambda: section_lives(life)),
+            ("Grimoire map", lambda: f'<div class="note">{len(golems)} of {life.height} Golems</div>'
+                                     + section_grimoire(r, golems)),
+        ]
+        for title, build in builders:
+            s[title] = build()
+        per.append(s)
+    cls = "c2" if len(runs) == 2 else "c1"
+    title = "golem-sim report: " + " vs ".join(r.name for r in runs)
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>"]
+    parts += [_header(r) for r in runs]
+    parts += ["<h2>Summary</h2>", summary(runs, threshold, min_ticks),
+              f'<div class="note">lock-in: mood congruence &gt; {threshold:g} for ≥ {min_ticks} consecutive ticks; '
+              "mood congruence = served minus pool mean emotional factor (0 = no mood bias).</div>"]
+    for key in per[0]:
+        parts.append(f"<h2>{html.escape(key)}</h2><div class='row {cls}'>")
+        for r, s in zip(runs, per):
+            head = f"<h3>{html.escape(r.name)}</h3>" if len(runs) == 2 else ""
+            parts.append(f"<div class='col'>{head}{s[key]}</div>")
+        parts.append("</div>")
+    parts += [LOAD_SCRIPT, "</body></html>"]
+    return "\n".join(parts)
+
+
+def render_report(run: str | Path, out: str | Path | None = None, compare: str | Path | None = None,
+                  **kw) -> Path:
+    """Write the report (default: RUN/report.html) and return its path."""
+    out = Path(out) if out else Path(run) / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(build_html(run, compare, **kw), encoding="utf-8")
+    return out
+
+
+__all__ = ["build_html", "render_report", "png_data_uri", "table_html"]
