@@ -54,6 +54,13 @@ def receive(mind, receiver: int, sender: int, entry: dict, alert_type: str, now_
     after = padm.apply_contagion(before, tag, attenuation)
     pop.pad[receiver] = after
     sig = signal_type(alert_type, category, tag[0])
+    if slots[0] >= 0:
+        rows = {k: np.asarray(v).reshape(-1)[:1].copy() for k, v in values.items()}
+        rows.update(id=ids[:1], slot=slots[:1], golem=np.array([receiver]), clade=np.array([pop.clade[receiver]]),
+                    topic_name=np.array([mind.topic_name(int(entry["topic"]))], dtype=object),
+                    ttl_days=np.array([np.nan]), tick=np.array([pop.tick[receiver]]), event_kind=np.array([""], dtype=object),
+                    created_ms=np.array([now_ms]), provenance=np.array([sender]))
+        mind.pending_entries.append(rows)
     return dict(time_ms=now_ms, golem_id=receiver, clade_id=int(pop.clade[receiver]), kind="contagion",
                 tick=int(pop.tick[receiver]), entry_id=int(ids[0]), other_golem=sender, value=after[1] - before[1],
                 payload={"alert_type": alert_type, "signal": sig, "latency_ms": latency_ms,

@@ -165,7 +165,8 @@ def _write_lessons(mind, g: int, now_ms: int, lessons) -> list[int]:
                  seq=50 + j, kind=KINDS.index("lesson"), role=2, category=gm.CATEGORIES.index("lesson"),
                  decay_class=gm.REGIME, source_conf=cfg.confidence.inferred,
                  importance=float(c["importance"][members].max()), outcome=float(c["outcome"][members].mean()),
-                 has_outcome=bool(c["has_outcome"][members].any()), event_kind="", raw_outcome=float(c["outcome"][members].mean()),
+                 has_outcome=bool(c["has_outcome"][members].any()), event_kind="", force=True,
+                 raw_outcome=float(c["outcome"][members].mean()),
                  regime=int(c["regime"][anchor]))
     rows = write(cfg, gr, cand, now_ms)
     if rows is None:

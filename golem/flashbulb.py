@@ -15,7 +15,7 @@ def required_arousal(n_in_window: int, base: float = 0.7, max_per_24h: int = 3, 
     """
     if n_in_window < max_per_24h:
         return base
-    return base + step * (n_in_window - (max_per_24h - 1))
+    return round(base + step * (n_in_window - (max_per_24h - 1)), 12)   # 0.7 + 0.1 is 0.8, not 0.7999...
 
 
 def allowed(arousal: float, n_in_window: int, trigger: str, base: float = 0.7, max_per_24h: int = 3,

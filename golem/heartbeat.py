@@ -16,6 +16,7 @@ from golem import grimoire as gm
 from golem import retrieval as rt
 from golem.context import Lexicon, normalise, topic_code
 from golem.memory_writer import KINDS, Candidates, write
+from golem.pad import EMOTION_CODES as EMOTION_NAMES
 from golem.population import HIST, Population
 
 STATE_TICK = "SENSING>DECIDING>ACTING>REFLECTING"
@@ -108,7 +109,10 @@ class Mind:
         kinds = [{k for k, _, _ in s} for s in obs.seen]
         exploit_held = held & np.array([bool(k & {"exploit", "rug_pull"}) for k in kinds], dtype=bool)
         liquidation = held & np.array([("liquidation" in k) for k in kinds], dtype=bool)
-        stop = held & (ret < -cfg.appraisal.stop_loss)
+        # the strategy's stop: price more than stop_loss below its recent peak (trend window) while held
+        wlag = (t[:, None] - np.arange(cfg.decision.trend_window)[None, :]) % HIST
+        peak = np.nanmax(np.where(np.isnan(pop.price_hist[ix[:, None], wlag]), -np.inf, pop.price_hist[ix[:, None], wlag]), axis=1)
+        stop = held & (price < (1.0 - cfg.appraisal.stop_loss) * peak)
         ap = cfg.appraisal
         shock = stop * ap.stop_breach + exploit_held * ap.exploit_held + liquidation * ap.liquidation
         pos_change = (np.abs(pop.last_dexp[ix]) >= ap.position_change_min).astype(np.float64)
@@ -128,7 +132,7 @@ class Mind:
         # somatic marker for the current pattern (SPEC §5 SENSING)
         pattern = (np.minimum(regime, 15) * 3 + (sgn + 1)) * 4 + sev
         scnt = pop.som_cnt[ix, pattern]
-        sval = pop.som_sum[ix, pattern] / np.maximum(scnt, 1)
+        sval = pop.som_sum[ix, pattern]          # exponentially weighted valence of the pattern's episodes
         sm = cfg.somatic
         neg_marker = (scnt > sm.min_strength) & (sval < sm.negative_valence)
         pos_marker = (scnt > sm.min_strength) & (sval > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
@@ -169,7 +173,12 @@ class Mind:
                 base[i] = self.lex.with_tokens(base[i], sorted({f"event:{k}" for k, _, _ in seen}), 1.5)
         query = normalise(base)
         topic = np.array([topic_code(f"{self.assets[a]}/price-move") for a in s["asset"]], dtype=np.int32)
-        res = rt.retrieve(gr, ix, query, s["pad"], obs.now_ms, self.prm)
+        if cfg.retrieval.profile == "six_factor":
+            ev_topics = [{topic_code(f"{self.assets[s['asset'][i]]}/{k}") for k, _, _ in seen} for i, seen in enumerate(obs.seen)]
+            res = rt.retrieve_six(gr, ix, query, s["pad"], obs.now_ms, self.prm, rt.six_factor_weights(cfg),
+                                  s["asset"], obs.regime, ev_topics)
+        else:
+            res = rt.retrieve(gr, ix, query, s["pad"], obs.now_ms, self.prm)
         slots, scores = res.slots, res.scores
         c = gr.cols
         served = slots >= 0
@@ -318,7 +327,7 @@ class Mind:
         common = dict(p=p, a=a, d=d, has_tag=True, emotion=s["emotion"], label=s["label"], value=s["value"],
                       pnl=s["tick_pnl"], signals=signals, provenance=-1, tick=pop.tick[ix], flashbulb=False,
                       first_sighting=False, force_internal=False, arousal_bias=a > cfg.arousal.high_band,
-                      golem=ix, scope=s["asset"].astype(np.int32))
+                      golem=ix, scope=s["asset"].astype(np.int32), regime=s["regime"])
         # (1) what just happened, filed under the context that led to it
         assets = [self.assets[x] for x in s["asset"]]
         keep = ~s["first"]
@@ -427,9 +436,11 @@ class Mind:
                                        slot=int(written["slot"][r]), alert_type="warning"))
         # somatic markers learn from this tick's episode
         pt = s["pattern"]
-        pop.som_sum[ix, pt] += p
+        lr = cfg.somatic.learning_rate
+        first_seen = pop.som_cnt[ix, pt] == 0
+        pop.som_sum[ix, pt] = np.where(first_seen, p, pop.som_sum[ix, pt] + lr * (p - pop.som_sum[ix, pt]))
+        pop.som_arousal[ix, pt] = np.where(first_seen, a, pop.som_arousal[ix, pt] + lr * (a - pop.som_arousal[ix, pt]))
         pop.som_cnt[ix, pt] += 1
-        pop.som_arousal[ix, pt] += a
         pop.som_target[ix, pt] = dd["target"]
         pop.som_emotion[ix, pt, s["emotion"].astype(np.int64)] += 1
         return dict(n_written=n_written, tier=tier, flashbulb=fired)
@@ -583,14 +594,12 @@ class Mind:
                                      for a in pop.asset[ix]])),
                  [f"{self.assets[a]}/death-reflection" for a in pop.asset[ix]],
                  p=pd[:, 0], a=pd[:, 1], d=pd[:, 2], has_tag=True, emotion=appraisal.classify_batch(pd[:, 0], pd[:, 1], pd[:, 2], self.protos),
-                 label=0, value=value, pnl=0.0, signals=0, provenance=-1, tick=pop.tick[ix], flashbulb=True,
+                 label=0, value=value, pnl=0.0, signals=0, provenance=-1, tick=pop.tick[ix], flashbulb=False,
                  first_sighting=False, force_internal=True, arousal_bias=False, golem=ix,
                  scope=pop.asset[ix].astype(np.int32), seq=90, kind=K_DEATH, role=ROLE_INS,
                  category=CAT["death_reflection"], decay_class=gm.STRUCTURAL, source_conf=self.cfg.confidence.own,
-                 importance=1.0, outcome=0.0, has_outcome=False, event_kind="")
-        cand.cols["flashbulb"][-1][:] = False
+                 importance=1.0, outcome=0.0, has_outcome=False, event_kind="", force=True)
         rows = write(cfg, self.gr, cand, obs.now_ms)
-        # death reflections always write (structural, gate bypassed by category)
         ids = {}
         if rows is not None:
             rows["clade"] = pop.clade[rows["golem"]]
@@ -600,8 +609,14 @@ class Mind:
             g = int(g)
             cause = "budget" if pop.budget[g] / pop.budget0[g] <= value[j] / pop.value0[g] else "capital"
             eid, slot = ids.get(g, (-1, -1))
+            emotions = {padm_name: int(cnt) for padm_name, cnt in zip(EMOTION_NAMES, pop.som_emotion[g].sum(axis=0)) if cnt}
+            worst = self.regime_names[int(np.argmin(pop.som_sum[g].reshape(16, -1).sum(axis=1)[:len(self.regime_names)]))]
+            fb_count = int((pop.fb_times[g] > -(10**15)).sum())
+            reflection = mortality.death_reflection(g, cause, float(value[j] - pop.value0[g]), fb_count, emotions, worst)
             out.events.append(self._event(obs.now_ms, g, "death", entry_id=eid, value=float(v[j]),
-                                          payload={"cause": cause, "value": float(value[j]), "budget": float(pop.budget[g])}))
+                                          payload={"cause": cause, "value": float(value[j]), "budget": float(pop.budget[g]),
+                                                   "reflection": reflection,
+                                                   "heaviest": [mortality.DEATH_CATEGORIES[k] for k in mortality.HEAVY]}))
             if eid >= 0:
                 out.pushes.append(dict(sender=g, entry_id=eid, slot=slot, alert_type="death_reflection"))
         pop.alive[ix] = False

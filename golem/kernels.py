@@ -4,16 +4,175 @@
 slab: eligibility, semantic dot product, temporal decay, charge-faded emotional factor, the served
 top-k, the salience-ranked shadow top-k (§4.2), the eligible pool's statistics (§13) and the best
 non-negative entry for the anti-rumination guard (§4.3). With `live` the served ranking is the
-salience-multiplied one (and equals the shadow). Arithmetic is float64 in a fixed order so
-the scalar reference in `golem.retrieval` agrees to rounding.
+salience-multiplied one (and equals the shadow).
+
+How it is fast and still exact (docs/performance.md has the measurements):
+
+- The slab is walked in blocks of `BLOCK` entries. Per block, pass 1 computes the dot products
+  (SIMD within each embedding row), pass 2 the other factors and the score for all entries of the
+  block at once (SIMD across entries: branch-free, the exponentials by `exp2` below instead of
+  scalar libm calls), and pass 3 walks the block's scores for the top-k, the shadow top-k and the
+  pool statistics. The block's scratch arrays stay in L1, so the slab is read from memory once.
+- The semantic dot product is accumulated in float64 (every float32 x float32 product is exact in
+  float64) over 32 lanes, lane = t mod 32, each lane in increasing t, combined in a fixed pairwise
+  order (`dot_lanes`). The order is fixed by the code, not by the compiler or the CPU's vector
+  width, so results are the same on every machine, and `golem.retrieval.semantic_dot` (the scalar
+  reference) does exactly the same additions in Python: the two agree bit for bit.
+- `exp2` is a branch-free exp2 (round-to-nearest range reduction, degree-13 Taylor polynomial,
+  exponent built from bits) that the compiler vectorises; it is within 2 ulp of libm, so the
+  temporal factor (0.995 ** hours = exp2(hours * log2 0.995)) and the charge decay differ from the
+  reference's `**` by ~1e-16 relative, far inside the 1e-9 the reference API promises.
+- Pool sums are sequential in slot order, like the reference.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from llvmlite import ir
 from numba import njit
+from numba.core import types
+from numba.extending import intrinsic
 
 # pool statistics columns
 POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE = range(5)
+
+#: lanes of the semantic dot product (4 vectors of 8 float64)
+LANES = 32
+#: entries per block (scratch: 8 arrays x BLOCK x 8 bytes = 16 KB, L1-resident)
+BLOCK = 256
+HOUR_MS = 3_600_000.0
+
+
+# ----------------------------------------------------------------------------- intrinsics
+@intrinsic
+def _dot_lanes_row(typingctx, emb, row, q64, dm):
+    """float64 sum over t < dm of emb[row, t] * q64[t] in 32 lanes (t mod 32), combined pairwise.
+
+    Emitted as explicit <8 x double> vector IR so the order of every addition is fixed here and
+    not left to the compiler: lane l of vector c holds t = 8c + l (mod 32); the four vectors are
+    added (v0 + v1) + (v2 + v3), then halves: lanes l + (l + 4), l + (l + 2), l + (l + 1).
+    `emb` is a C-contiguous 2-D float32 array, `q64` a contiguous float64 array, dm a multiple of 32.
+    """
+    if not (isinstance(emb, types.Array) and emb.dtype == types.float32 and emb.ndim == 2 and emb.layout == "C"):
+        return None
+    if not (isinstance(q64, types.Array) and q64.dtype == types.float64 and q64.ndim == 1 and q64.layout == "C"):
+        return None
+    sig = types.float64(emb, types.intp, q64, types.intp)
+
+    def codegen(context, builder, signature, args):
+        e_arr = context.make_array(signature.args[0])(context, builder, args[0])
+        q_arr = context.make_array(signature.args[2])(context, builder, args[2])
+        row, dm = args[1], args[3]
+        intp = context.get_value_type(types.intp)
+        f64v = ir.VectorType(ir.DoubleType(), 8)
+        f32v = ir.VectorType(ir.FloatType(), 8)
+        zero = ir.Constant(f64v, [0.0] * 8)
+        ncols = builder.extract_value(e_arr.shape, 1)
+        eptr = builder.gep(e_arr.data, [builder.mul(row, ncols)])
+        qptr = q_arr.data
+        pre = builder.block
+        loop = builder.append_basic_block("dotl.loop")
+        done = builder.append_basic_block("dotl.done")
+        builder.cbranch(builder.icmp_signed(">", dm, ir.Constant(intp, 0)), loop, done)
+        builder.position_at_end(loop)
+        i = builder.phi(intp)
+        i.add_incoming(ir.Constant(intp, 0), pre)
+        accs = [builder.phi(f64v) for _ in range(4)]
+        news = []
+        for c, acc in enumerate(accs):
+            acc.add_incoming(zero, pre)
+            off = builder.add(i, ir.Constant(intp, 8 * c))
+            ve = builder.load(builder.bitcast(builder.gep(eptr, [off]), f32v.as_pointer()), align=4)
+            vq = builder.load(builder.bitcast(builder.gep(qptr, [off]), f64v.as_pointer()), align=8)
+            news.append(builder.fadd(acc, builder.fmul(builder.fpext(ve, f64v), vq)))
+        nxt = builder.add(i, ir.Constant(intp, LANES))
+        i.add_incoming(nxt, loop)
+        for acc, new in zip(accs, news):
+            acc.add_incoming(new, loop)
+        builder.cbranch(builder.icmp_signed("<", nxt, dm), loop, done)
+        builder.position_at_end(done)
+        r = [builder.phi(f64v) for _ in news]
+        for ph, new in zip(r, news):
+            ph.add_incoming(zero, pre)
+            ph.add_incoming(new, loop)
+        s8 = builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3]))
+        undef8 = ir.Constant(f64v, ir.Undefined)
+        s4 = builder.fadd(builder.shuffle_vector(s8, undef8, ir.Constant(ir.VectorType(ir.IntType(32), 4), [0, 1, 2, 3])),
+                          builder.shuffle_vector(s8, undef8, ir.Constant(ir.VectorType(ir.IntType(32), 4), [4, 5, 6, 7])))
+        undef4 = ir.Constant(ir.VectorType(ir.DoubleType(), 4), ir.Undefined)
+        s2 = builder.fadd(builder.shuffle_vector(s4, undef4, ir.Constant(ir.VectorType(ir.IntType(32), 2), [0, 1])),
+                          builder.shuffle_vector(s4, undef4, ir.Constant(ir.VectorType(ir.IntType(32), 2), [2, 3])))
+        i32 = ir.IntType(32)
+        return builder.fadd(builder.extract_element(s2, ir.Constant(i32, 0)),
+                            builder.extract_element(s2, ir.Constant(i32, 1)))
+
+    return sig, codegen
+
+
+@intrinsic
+def _f64_from_bits(typingctx, bits):
+    """Reinterpret an int64 bit pattern as a float64 (vectorisable, unlike ldexp)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+# ----------------------------------------------------------------------------- scalar helpers
+# 2^f = e^(f ln 2) on |f| <= 1/2: Taylor coefficients ln2^i / i!, i = 0..13 (truncation < 1e-17)
+_EXP2_C = tuple(math.log(2.0) ** i / math.factorial(i) for i in range(14))
+_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _EXP2_C
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def exp2(x):
+    """2 ** x for finite x, within 2 ulp of libm; branch-free so loops over it vectorise.
+
+    x is clamped to [-1022, 1023] (2^-1022 stands for anything smaller: an absolute error below
+    1e-307). exp2(0) is exactly 1.
+    """
+    x = min(max(x, -1022.0), 1023.0)
+    n = np.floor(x + 0.5)
+    f = x - n
+    p = _C13
+    p = p * f + _C12
+    p = p * f + _C11
+    p = p * f + _C10
+    p = p * f + _C9
+    p = p * f + _C8
+    p = p * f + _C7
+    p = p * f + _C6
+    p = p * f + _C5
+    p = p * f + _C4
+    p = p * f + _C3
+    p = p * f + _C2
+    p = p * f + _C1
+    p = p * f + _C0
+    return p * _f64_from_bits((np.int64(n) + np.int64(1023)) << np.int64(52))
+
+
+@njit(cache=True)
+def exp2_array(x, out):
+    """exp2 over an array (for tests and benchmarks)."""
+    for i in range(x.size):
+        out[i] = exp2(x[i])
+    return out
+
+
+@njit(cache=True)
+def dot_lanes(emb, row, q64):
+    """The semantic dot product of `retrieve_batch` for one row (for tests): lanes, then the tail."""
+    d = emb.shape[1]
+    dm = d - d % LANES
+    s = _dot_lanes_row(emb, row, q64, dm)
+    e = emb[row]
+    for t in range(dm, d):
+        s += np.float64(e[t]) * q64[t]
+    return s
 
 
 @njit(cache=True, inline="always")
@@ -31,7 +190,8 @@ def _insert(slots, scores, k, slot, score):
     return j
 
 
-@njit(cache=True)
+# ----------------------------------------------------------------------------- retrieval
+@njit(cache=True, error_model="numpy")
 def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                    ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
                    has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
@@ -40,11 +200,25 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                    out_slots, out_scores, out_factors, out_shadow, out_pool):
     b = golems.size
     d = queries.shape[1]
+    dm = d - d % LANES
+    lg2_per_ms = math.log2(temporal_base) / HOUR_MS
+    inv_hl = 1.0 / half_life_ms
+    w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
+    # block scratch (L1-resident)
+    sem_b = np.empty(BLOCK)
+    tmp_b = np.empty(BLOCK)
+    emo_b = np.empty(BLOCK)
+    pv_b = np.empty(BLOCK)
+    sc_b = np.empty(BLOCK)
+    ok_b = np.empty(BLOCK, dtype=np.bool_)
+    q64 = np.empty(d)
+    sh_v = np.empty(k)
     for gi in range(b):
         g = golems[gi]
         lo = g * cap
         n = count[g]
-        q = queries[gi]
+        for t in range(d):
+            q64[t] = np.float64(queries[gi, t])
         cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
         cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
         cp /= cn
@@ -54,7 +228,8 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
         top_s = out_slots[gi]
         top_v = out_scores[gi]
         sh_s = out_shadow[gi]
-        sh_v = np.full(k, -np.inf)
+        f = out_factors[gi]
+        sh_v[:] = -np.inf
         top_s[:] = -1
         top_v[:] = -np.inf
         sh_s[:] = -1
@@ -63,58 +238,87 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
         sum_val = 0.0
         best_nn = -1
         best_nn_score = -np.inf
-        for j in range(n):
-            s = lo + j
-            if ids[s] < 0 or status[s] == 3:
-                continue
-            age = now_ms - last_access_ms[s]
-            if age >= 2.0 * window_ms[s]:
-                continue  # expired: not retrievable
-            if confidence[s] < min_conf:
-                continue
-            pv = p_tag[s] if has_tag[s] else 0.0
-            if vs > 0 and not (has_tag[s] and pv > 0.0):
-                continue
-            if vs < 0 and not (has_tag[s] and pv < 0.0):
-                continue
-            e = emb[s]
-            sem = 0.0
-            for t in range(d):
-                sem += np.float64(e[t]) * np.float64(q[t])
-            tmp = temporal_base ** (age / 3_600_000.0)
-            pc = ((up[s] * cp + ua[s] * ca + ud[s] * cd) + 1.0) / 2.0
-            emo = pc
-            if charge_fading and has_tag[s]:
-                base = i0[s] * 2.0 ** (-(now_ms - created_ms[s]) / half_life_ms)
-                boost = 0.0
-                if reactivated[s] and last_react_ms[s] >= 0:
-                    boost = react_boost * 2.0 ** (-(now_ms - last_react_ms[s]) / half_life_ms)
-                inten = min(1.0, base + boost)
-                ch = min(1.0, max(0.0, inten / max(np.float64(i0[s]), 1e-8)))
-                emo = 0.5 + (pc - 0.5) * ch
-            imp = np.float64(importance[s])
-            score = weights[0] * sem + weights[1] * tmp + weights[2] * imp + weights[3] * emo
-            n_el += 1
-            sum_emo += emo
-            sum_val += pv
-            if pv >= 0.0 and score > best_nn_score:
-                best_nn_score = score
-                best_nn = s
-            shadow_score = score * (1.0 + np.float64(sal[s]) * sal_cap)
-            pos = _insert(top_s, top_v, k, s, shadow_score if live else score)
-            if pos >= 0:
-                # keep the factors aligned with the served order
-                f = out_factors[gi]
-                for m in range(k - 1, pos, -1):
-                    f[m, 0] = f[m - 1, 0]
-                    f[m, 1] = f[m - 1, 1]
-                    f[m, 2] = f[m - 1, 2]
-                    f[m, 3] = f[m - 1, 3]
-                f[pos, 0] = sem
-                f[pos, 1] = tmp
-                f[pos, 2] = imp
-                f[pos, 3] = emo
-            _insert(sh_s, sh_v, k, s, shadow_score)
+        for b0 in range(0, n, BLOCK):
+            m = min(BLOCK, n - b0)
+            s0 = lo + b0
+            # pass 1: semantic dot products (SIMD within each row)
+            for j in range(m):
+                sem = _dot_lanes_row(emb, s0 + j, q64, dm)
+                if dm < d:
+                    e = emb[s0 + j]
+                    for t in range(dm, d):
+                        sem += np.float64(e[t]) * q64[t]
+                sem_b[j] = sem
+            # pass 2: eligibility and the other factors across the block, branch-free, in three
+            # loops of few arrays each (one loop over all columns needs more runtime alias checks
+            # than the vectoriser allows, and then runs scalar)
+            xid = ids[s0:s0 + m]
+            xst = status[s0:s0 + m]
+            xla = last_access_ms[s0:s0 + m]
+            xwin = window_ms[s0:s0 + m]
+            xconf = confidence[s0:s0 + m]
+            xtag = has_tag[s0:s0 + m]
+            xp = p_tag[s0:s0 + m]
+            for j in range(m):
+                tg = xtag[j]
+                pv = np.float64(xp[j]) if tg else 0.0
+                ok = ((xid[j] >= 0) & (xst[j] != 3) & (np.float64(now_ms - xla[j]) < 2.0 * xwin[j])
+                      & (np.float64(xconf[j]) >= min_conf))
+                ok_b[j] = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+                pv_b[j] = pv
+            xup = up[s0:s0 + m]
+            xua = ua[s0:s0 + m]
+            xud = ud[s0:s0 + m]
+            xi0 = i0[s0:s0 + m]
+            xcr = created_ms[s0:s0 + m]
+            xre = reactivated[s0:s0 + m]
+            xlr = last_react_ms[s0:s0 + m]
+            for j in range(m):
+                pc = ((xup[j] * cp + xua[j] * ca + xud[j] * cd) + 1.0) / 2.0
+                if charge_fading:
+                    i0j = np.float64(xi0[j])
+                    base = i0j * exp2(np.float64(xcr[j] - now_ms) * inv_hl)
+                    rboost = react_boost * exp2(np.float64(xlr[j] - now_ms) * inv_hl)
+                    inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
+                    ch = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
+                    pc = 0.5 + (pc - 0.5) * ch
+                emo_b[j] = pc if xtag[j] else 0.5
+            ximp = importance[s0:s0 + m]
+            xsal = sal[s0:s0 + m]
+            for j in range(m):
+                tmp = exp2(np.float64(now_ms - xla[j]) * lg2_per_ms)
+                tmp_b[j] = tmp
+                sc_b[j] = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo_b[j]
+            # pass 3: pool statistics and the two top-k lists, in slot order; branch-free but
+            # for the (rare, predictable) entries that beat the current k-th score
+            for j in range(m):
+                ok = ok_b[j]
+                score = sc_b[j]
+                pv = pv_b[j]
+                n_el += ok
+                sum_emo += emo_b[j] if ok else 0.0
+                sum_val += pv if ok else 0.0
+                better = ok & (pv >= 0.0) & (score > best_nn_score)
+                best_nn_score = score if better else best_nn_score
+                best_nn = s0 + j if better else best_nn
+                served = score
+                if live:
+                    served = score * (1.0 + np.float64(xsal[j]) * sal_cap)
+                if ok & (served > top_v[k - 1]):
+                    pos = _insert(top_s, top_v, k, s0 + j, served)
+                    # keep the factors aligned with the served order
+                    for r in range(k - 1, pos, -1):
+                        f[r, 0] = f[r - 1, 0]
+                        f[r, 1] = f[r - 1, 1]
+                        f[r, 2] = f[r - 1, 2]
+                        f[r, 3] = f[r - 1, 3]
+                    f[pos, 0] = sem_b[j]
+                    f[pos, 1] = tmp_b[j]
+                    f[pos, 2] = np.float64(ximp[j])
+                    f[pos, 3] = emo_b[j]
+                shadow = score * (1.0 + np.float64(xsal[j]) * sal_cap)
+                if ok & (shadow > sh_v[k - 1]):
+                    _insert(sh_s, sh_v, k, s0 + j, shadow)
         out_pool[gi, POOL_N] = n_el
         out_pool[gi, POOL_SUM_EMO] = sum_emo
         out_pool[gi, POOL_SUM_VAL] = sum_val

@@ -17,7 +17,7 @@ KINDS = ("price-move", "event", "trade", "regret", "dominance-correction", "flas
 
 
 #: columns a candidate may leave out, with their default
-DEFAULTS = {"raw_outcome": np.nan, "regime": 0, "tokens": ""}
+DEFAULTS = {"raw_outcome": np.nan, "regime": 0, "tokens": "", "force": False}
 
 
 @dataclass
@@ -70,7 +70,9 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     s = np.minimum(1.0, s * role_scale)
     s = np.minimum(1.0, s + s_cfg.signal_boost * c["signals"])
     s = np.where(c["first_sighting"], np.maximum(s, s_cfg.first_sighting_floor), s)
-    write = (s >= s_cfg.gate_min) | c["flashbulb"]
+    # flashbulbs bypass the gate (SPEC §3.3); so do entries the mind must keep whatever their
+    # salience: death reflections and curator lessons (`force`)
+    write = (s >= s_cfg.gate_min) | c["flashbulb"] | c.get("force", np.zeros(s.shape, bool)).astype(bool)
     ttl = np.select([s < s_cfg.tier_14d, s < s_cfg.tier_30d], [s_cfg.ttl_days_low, s_cfg.ttl_days_mid],
                     s_cfg.ttl_days_high).astype(np.float64)
     dc = c["decay_class"].astype(np.int8)

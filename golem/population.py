@@ -59,9 +59,9 @@ class Population:
     drove_sign: np.ndarray = field(init=False)     # (n, k) their outcome signs
     ctx: np.ndarray = field(init=False)            # (n, d) context of the previous tick
     ctx_topic: np.ndarray = field(init=False)
-    som_sum: np.ndarray = field(init=False)        # (n, P) somatic valence sum
-    som_cnt: np.ndarray = field(init=False)
-    som_arousal: np.ndarray = field(init=False)
+    som_sum: np.ndarray = field(init=False)        # (n, P) somatic marker valence (EW mean of episodes)
+    som_cnt: np.ndarray = field(init=False)        # (n, P) strength: episodes that formed the marker
+    som_arousal: np.ndarray = field(init=False)    # (n, P) urgency: EW mean arousal
     som_target: np.ndarray = field(init=False)     # (n, P) cached response (target exposure)
     som_emotion: np.ndarray = field(init=False)    # (n, P, 9) emotion counts
     dead_ms: np.ndarray = field(init=False)

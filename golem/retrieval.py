@@ -170,3 +170,74 @@ def temporal(hours: float, base: float = 0.995) -> float:
 
 __all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",
            "touch", "anti_rumination", "entry_factors"]
+
+
+# --- the [C] six-factor profile ------------------------------------------------------------------
+
+SIX_SPREAD_SEEDS = 5
+
+
+def six_factor_weights(cfg) -> tuple[float, ...]:
+    r = cfg.retrieval
+    return (r.six_relevance, r.six_strength, r.six_recency, r.six_spreading, r.six_context, r.six_salience)
+
+
+def retrieve_six(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
+                 prm: RetrievalParams, weights: tuple[float, ...], assets: np.ndarray, regime: int,
+                 event_topics: list[set[int]]) -> RetrievalResult:
+    """The six-factor profile (SPEC §4.1 [C]), for comparison with four-factor on the same tape.
+
+    relevance = cosine; decayed_strength = confidence x retention 2^(-age/window) (1 for structural);
+    recency = 0.995^hours; spreading = activation passed over links from the top-5 semantic hits
+    (each hit passes its relevance to the entries it links to, capped at 1); context_match = share of
+    the current context's tags (asset, regime, and each event kind seen now) the entry carries;
+    salience. The emotional factor is still computed (not scored) so pool statistics stay
+    comparable. Factors recorded: [relevance, recency, decayed_strength, emotional].
+    """
+    golems = np.asarray(golems, dtype=np.int64)
+    b, k = golems.size, prm.top_k
+    out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf), np.full((b, k, 4), np.nan),
+                          np.full((b, k), -1, np.int64), np.zeros((b, 5)))
+    c = gr.cols
+    w = np.asarray(weights)
+    for i, g in enumerate(golems):
+        sl = gr.slab(int(g))
+        s = np.arange(sl.start, sl.stop)
+        age = now_ms - c["last_access_ms"][s]
+        ok = (c["id"][s] >= 0) & (c["status"][s] != ARCHIVED) & (age < 2.0 * c["window_ms"][s])
+        s, age = s[ok], age[ok]
+        if s.size == 0:
+            continue
+        rel = gr.emb[s].astype(np.float64) @ queries[i].astype(np.float64)
+        retention = np.where(np.isinf(c["window_ms"][s]), 1.0, 2.0 ** (-age / np.maximum(c["window_ms"][s], 1.0)))
+        strength = c["confidence"][s] * retention
+        rec = prm.temporal_base ** (age / HOUR_MS)
+        spread = np.zeros(s.size)
+        if gr.links:
+            ids = c["id"][s]
+            pos = {int(e): j for j, e in enumerate(ids)}
+            for j in np.argsort(-rel, kind="stable")[:SIX_SPREAD_SEEDS]:
+                for linked in gr.links.get(int(ids[j]), ()):
+                    if linked in pos:
+                        spread[pos[linked]] += max(rel[j], 0.0)
+            spread = np.minimum(spread, 1.0)
+        tags = 2 + len(event_topics[i])
+        ctx = ((c["scope"][s] == assets[i]).astype(float) + (c["regime"][s] == regime)
+               + np.isin(c["topic"][s], list(event_topics[i])).astype(float)) / tags
+        score = (w[0] * rel + w[1] * strength + w[2] * rec + w[3] * spread + w[4] * ctx + w[5] * c["salience"][s])
+        cn = np.linalg.norm(cur_pad[i])
+        cu = cur_pad[i] / max(cn, 1e-8)
+        pc = (c["up"][s] * cu[0] + c["ua"][s] * cu[1] + c["ud"][s] * cu[2] + 1.0) / 2.0
+        order = np.lexsort((s, -score))[:k]
+        n = order.size
+        out.slots[i, :n] = s[order]
+        out.scores[i, :n] = score[order]
+        out.factors[i, :n] = np.stack([rel[order], rec[order], strength[order], pc[order]], axis=1)
+        sh = np.lexsort((s, -score * (1 + c["salience"][s] * prm.salience_cap)))[:k]
+        out.shadow[i, :sh.size] = s[sh]
+        val = np.where(c["has_tag"][s], c["p"][s], 0.0)
+        nn = val >= 0
+        best = int(np.lexsort((s[nn], -score[nn]))[0]) if nn.any() else -1
+        out.pool[i] = (s.size, pc.sum(), val.sum(), s[nn][best] if best >= 0 else -1,
+                       score[nn][best] if best >= 0 else -np.inf)
+    return out

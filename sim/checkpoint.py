@@ -32,10 +32,12 @@ import numpy as np
 import simpy
 
 from golem import grimoire as gm
+from sim.market import MarketEvent, Tape
 from sim.recorder import TABLES, Recorder, atomic_write_bytes, atomic_write_json
 from sim.scenario import InputError
 
 FORMAT = 1
+_TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 
 
@@ -54,6 +56,20 @@ def _mind_state(mind) -> dict[str, np.ndarray]:
     if hasattr(mind, "checkpoint_state"):
         return dict(mind.checkpoint_state())
     return {k: v for k, v in vars(mind).items() if isinstance(v, np.ndarray)}
+
+
+def _mind_json(mind) -> dict:
+    """Small dicts the Mind keeps besides arrays (e.g. topic code -> name), as [key, value] pairs.
+    Rows written outside a tick (pending_entries) are always emitted by the tick that made them,
+    so at a flush there are none; if there were, the checkpoint would be wrong, so refuse."""
+    out = {}
+    for k, v in vars(mind).items():
+        if isinstance(v, dict) and all(isinstance(x, (int, str)) and isinstance(y, (int, float, str, bool))
+                                       for x, y in v.items()):
+            out[k] = [[x, y] for x, y in v.items()]
+    if getattr(mind, "pending_entries", None):
+        raise CheckpointError("cannot checkpoint: the Mind holds entries not yet emitted")
+    return out
 
 
 def _pending(world) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
@@ -103,6 +119,9 @@ def save(world, ckdir: Path) -> Path:
         arrays[f"mind/{k}"] = v
     pending, entries, earr = _pending(world)
     arrays.update(earr)
+    tape = world.tape
+    for k in _TAPE_ARRAYS:
+        arrays[f"tape/{k}"] = getattr(tape, k)
     # the flusher is running: its next wake-up is created after this save, i.e. last
     pending.append(dict(role="flusher", time=world.env.now + world.cfg.recording.flush_every_s, priority=LOW))
 
@@ -117,7 +136,9 @@ def save(world, ckdir: Path) -> Path:
         "market_step": world.market_step, "stats": asdict(world.stats), "next_id": gr.next_id,
         "recall_when": [[int(k), list(v)] for k, v in sorted(gr.recall_when.items())],
         "links": [[int(k), [int(x) for x in v]] for k, v in sorted(gr.links.items())],
-        "pending": pending, "entries": entries, "arrays": f"{name}.npz",
+        "pending": pending, "entries": entries, "arrays": f"{name}.npz", "mind": _mind_json(world.mind),
+        "tape": {"bar_ms": int(tape.bar_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
+                 "regime_names": list(tape.regime_names), "events": [asdict(e) for e in tape.events]},
         "sha256": hashlib.sha256(data).hexdigest(),
     }
     atomic_write_json(ckdir / f"{name}.json", meta)
@@ -141,6 +162,14 @@ class Checkpoint:
     @property
     def part(self) -> int:
         return int(self.meta["part"])
+
+    def tape(self) -> Tape:
+        """The run's tape as saved with the state: a resume never regenerates or re-reads it."""
+        t = self.meta["tape"]
+        events = [MarketEvent(**dict(e, early_detectors=tuple(e["early_detectors"]))) for e in t["events"]]
+        return Tape(**{k: self.arrays[f"tape/{k}"] for k in _TAPE_ARRAYS}, bar_ms=int(t["bar_ms"]),
+                    assets=tuple(t["assets"]), protocols=tuple(t["protocols"]),
+                    regime_names=tuple(t["regime_names"]), events=events)
 
     def restore(self, world) -> None:
         """Overwrite a freshly built world (same scenario, config, tape, seed) with this state."""
@@ -170,6 +199,10 @@ class Checkpoint:
         else:
             for k, v in mind_arrays.items():
                 setattr(world.mind, k, v)
+        for k, pairs in m.get("mind", {}).items():
+            d = getattr(world.mind, k)
+            d.clear()
+            d.update((x, y) for x, y in pairs)
         world.event_seq = int(m["event_seq"])
         world.market_step = int(m["market_step"])
         world.stats = Stats(**m["stats"])
@@ -233,13 +266,12 @@ def _drop_parts_from(run_dir: Path, part: int) -> None:
 def resume(run_dir: str | Path, progress=None):
     """Continue an interrupted or killed run from its latest checkpoint to its end.
 
-    The scenario, config and seed come from the manifest; the tape is rebuilt as the run built it
-    (generator: from the seed; file: the same file, checked against the recorded sha256). The
-    finished tables are byte-identical to an uninterrupted run's.
+    The scenario, config and seed come from the manifest, the tape from the checkpoint (so neither
+    a changed tape file nor key order lost in JSON can change the market). The finished tables are
+    byte-identical to an uninterrupted run's.
     """
     from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
-    from sim.run import build_tape, configure_logging, drive
-    from sim.tape_market import file_sha256
+    from sim.run import configure_logging, drive
     from sim.world import World
 
     run_dir = Path(run_dir)
@@ -253,18 +285,7 @@ def resume(run_dir: str | Path, progress=None):
     scenario = scenario_from_manifest(manifest, run_dir)
     cfg = config_from_manifest(manifest, run_dir)
     seed = int(manifest["seed"])
-    meta = manifest.get("tape") or {}
-    if meta.get("source") == "file":
-        p = Path(meta["path"])
-        if not p.exists() or file_sha256(p) != meta.get("sha256"):
-            raise InputError(f"{p}: the tape file is missing or changed since the run started; expected the "
-                             f"same file (sha256 {meta.get('sha256', '?')[:12]}...)")
-        scenario.market.tape.path = str(p)
-    if meta.get("source") == "run":  # a counterfactual: its market is the parent's recorded tape
-        from sim.tape_market import tape_from_run
-        tape = tape_from_run(meta["run"])
-    else:
-        tape = build_tape(scenario, seed, cfg)
+    tape = ck.tape()
     _drop_parts_from(run_dir, ck.part)
     configure_logging(run_dir)
     rec = Recorder(run_dir, part_start=ck.part)

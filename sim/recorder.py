@@ -102,7 +102,8 @@ class Recorder:
     def add(self, table: str, columns: dict) -> None:
         """Append rows given as a dict of equal-length arrays/lists (schema order, exact types)."""
         schema = SCHEMAS[table]
-        arrays = [pa.array(_py(columns[f.name]), type=f.type) for f in schema]
+        # NaN means "no value" in every table (an empty pool, a missing funding rate): store it as null
+        arrays = [pa.array(_py(columns[f.name]), type=f.type, from_pandas=True) for f in schema]
         t = pa.Table.from_arrays(arrays, schema=schema)
         if t.num_rows:
             self.buf[table].append(t)

@@ -50,6 +50,12 @@ def read_manifest(run_dir: str | Path) -> dict:
 def scenario_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, Any] | None = None) -> Scenario:
     """The scenario as recorded (with --set scenario keys applied on top)."""
     raw = copy.deepcopy(manifest["scenario"])
+    # the manifest's JSON sorts keys; the generator numbers regimes in scenario order, which the
+    # tape's regime_names kept
+    names = (manifest.get("tape") or {}).get("regime_names")
+    regimes = raw.get("market", {}).get("regimes")
+    if names and isinstance(regimes, dict) and set(names) == set(regimes):
+        raw["market"]["regimes"] = {n: regimes[n] for n in names}
     for k, v in (sets or {}).items():
         _set_dotted(raw, k, v)
     try:

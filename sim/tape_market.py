@@ -150,7 +150,8 @@ def tape_from_file(scenario: Scenario, cfg=None) -> Tape:
 
     o, h, l, c, v = (grid(k) for k in ("open", "high", "low", "close", "volume"))
     tvl = grid("tvl")
-    known = {a.name: a for a in scenario.market.assets}
+    # scenario asset settings apply only where the scenario names assets itself (not the defaults)
+    known = {a.name: a for a in scenario.market.assets} if "assets" in scenario.market.model_fields_set else {}
     for j, a in enumerate(assets):
         fill = known[a].tvl if a in known else 1e8
         tvl[:, j] = np.where(np.isnan(tvl[:, j]), fill, tvl[:, j])

@@ -298,6 +298,9 @@ class World:
         self.stats.deliveries += 1
         if self.rec is not None:
             self._record_events([row])
+            for rows in self.mind.pending_entries:   # the inherited copy
+                self._record_entries(rows)
+        self.mind.pending_entries = []
 
     def flush(self) -> None:
         if self.rec is not None:
@@ -332,6 +335,7 @@ class World:
             idx = self.tape.index_at(self.now_ms + self.t0_ms)
             if idx > self.market_step:
                 self._record_market(self.market_step + 1, idx + 1)
+                self.market_step = idx
             self.flush()
 
     # ---------------------------------------------------------------- rows

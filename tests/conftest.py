@@ -27,3 +27,33 @@ def table(run_dir: Path, name: str) -> pl.DataFrame:
 @pytest.fixture(scope="session")
 def flash_run(tmp_path_factory):
     return run_scenario("flash_crash", tmp_path_factory.mktemp("flash") / "run")
+
+
+@pytest.fixture(scope="session")
+def exploit_run(tmp_path_factory):
+    return run_scenario("exploit", tmp_path_factory.mktemp("exploit") / "run")
+
+
+@pytest.fixture(scope="session")
+def rug_run(tmp_path_factory):
+    return run_scenario("rug_pull", tmp_path_factory.mktemp("rug") / "run")
+
+
+@pytest.fixture(scope="session")
+def bleed_run(tmp_path_factory):
+    return run_scenario("slow_bleed", tmp_path_factory.mktemp("bleed") / "run", sets=["duration=10d"])
+
+
+@pytest.fixture(scope="session")
+def panic_run(tmp_path_factory):
+    return run_scenario("clade_panic", tmp_path_factory.mktemp("panic") / "run")
+
+
+def events(run_dir, kind=None) -> pl.DataFrame:
+    e = table(run_dir, "events")
+    return e if kind is None else e.filter(pl.col("kind") == kind)
+
+
+def payloads(df: pl.DataFrame) -> list[dict]:
+    import json
+    return [json.loads(p) for p in df["payload"]]

@@ -91,17 +91,20 @@ def test_lock_in_episodes(run):
     # tick 6 has no retrieval: the run of flagged ticks 3-5 and 7-8 must break there
     ticks = [0, 1, 2, 3, 4, 5, 7, 8, 9]
     mc = [0.5, 0.6, 0.1, 0.45, 0.5, 0.7, 0.9, 0.8, 0.2]
-    retrievals(run, [0] * 9, ticks, mc=mc)
+    # golem 1 follows golem 0 in sort order: its run must not merge with golem 0's last ticks
+    retrievals(run, [0] * 9 + [1] * 3, ticks + [0, 1, 2], mc=mc + [0.5, 0.5, 0.5])
     ep = A.lock_in_episodes(run, threshold=0.4, min_ticks=2).collect()
-    assert ep.select("start_tick", "end_tick", "length").rows() == [(0, 1, 2), (3, 5, 3), (7, 8, 2)]
+    assert ep.select("golem_id", "start_tick", "end_tick", "length").rows() == \
+        [(0, 0, 1, 2), (0, 3, 5, 3), (0, 7, 8, 2), (1, 0, 2, 3)]
+    ep = ep.filter(pl.col("golem_id") == 0)
     assert ep["mean_bias"].to_list() == pytest.approx([0.55, 0.55, 0.85])
     assert ep["peak_bias"].to_list() == pytest.approx([0.6, 0.7, 0.9])
     assert ep["start_ms"].to_list() == [0, 900_000, 2_100_000]
     ep3 = A.lock_in_episodes(run, threshold=0.4, min_ticks=3).collect()
-    assert ep3.select("start_tick", "end_tick").rows() == [(3, 5)]
+    assert ep3.select("golem_id", "start_tick", "end_tick").rows() == [(0, 3, 5), (1, 0, 2)]
     s = A.bias_summary(run, threshold=0.4, min_ticks=2).collect().row(0, named=True)
-    assert (s["lock_in_episodes"], s["lock_in_ticks"], s["longest_lock_in"]) == (3, 7, 3)
-    assert s["lock_in_share"] == pytest.approx(7 / 9)
+    assert (s["lock_in_episodes"], s["lock_in_ticks"], s["longest_lock_in"]) == (4, 10, 3)
+    assert s["lock_in_share"] == pytest.approx(10 / 12)
 
 
 def test_lock_in_below_and_abs(run):
@@ -127,8 +130,10 @@ def test_grimoire_valence_skew(run):
 
 
 def test_contrarian_effect(run):
-    retrievals(run, [0] * 6, [0, 1, 2, 3, 4, 5], mc=[0.1, 0.3, 0.5, 0.2, 0.0, 0.4],
-               contrarian_ids=[[], [], [7, 8], [], [], [9]], contrarian_changed=[False, False, True, False, False, False])
+    # golem 1's values must not leak into golem 0's windows (before or after)
+    retrievals(run, [0] * 6 + [1] * 3, [0, 1, 2, 3, 4, 5, 0, 1, 2], mc=[0.1, 0.3, 0.5, 0.2, 0.0, 0.4, 0.9, 0.9, 0.9],
+               contrarian_ids=[[], [], [7, 8], [], [], [9], [], [], []],
+               contrarian_changed=[False, False, True, False, False, False, False, False, False])
     ce = A.contrarian_effect(run, window=2).collect()
     assert ce["tick"].to_list() == [2, 5]
     assert ce["n_contrarian"].to_list() == [2, 1]
