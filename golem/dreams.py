@@ -57,6 +57,8 @@ def dream(gr: Grimoire, g: int, now_ms: int, cfg, scores: np.ndarray | None = No
     c["importance"][live] = pre * d.downscale
     salient = c["salience"][live] >= 0.7
     c["importance"][live[salient]] = pre[salient]
-    return {"replayed": [int(x) for x in c["id"][replay]], "arousal_before": float(before_a.mean()) if replay.size else 0.0,
-            "arousal_after": float(c["a"][replay].mean()) if replay.size else 0.0, "downscaled": int((~salient).sum()),
+    # mean |A| of the replayed tags: REM takes the charge out whichever the arousal's sign
+    return {"replayed": [int(x) for x in c["id"][replay]],
+            "arousal_before": float(np.abs(before_a).mean()) if replay.size else 0.0,
+            "arousal_after": float(np.abs(c["a"][replay]).mean()) if replay.size else 0.0, "downscaled": int((~salient).sum()),
             "reboosted": int(salient.sum())}

@@ -150,6 +150,7 @@ class Grimoire:
         self.cols["last_react_ms"][:] = -1
         self.cols["provenance"][:] = -1
         self.cols["last_reflex_ms"][:] = np.iinfo(np.int64).min // 2
+        self.cols["curator_weight"][:] = 1.0
         self.emb = np.zeros((n, self.dim), dtype=np.float32)
         self.count = np.zeros(self.n_golems, dtype=np.int64)
 
@@ -223,7 +224,8 @@ class Grimoire:
         return self.cols["id"][self.slab(g)] >= 0
 
 
-_RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "last_reflex_ms": np.iinfo(np.int64).min // 2}
+_RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "last_reflex_ms": np.iinfo(np.int64).min // 2,
+          "curator_weight": 1.0}
 
 
 @njit(cache=True)

@@ -349,7 +349,7 @@ class Mind:
                          [f"{assets[i]}/{kind}"], **_sel(common, one), seq=1 + j, kind=K_EVENT, role=ROLE_OBS,
                          category=CAT["warning"] if warn else CAT["episode"],
                          decay_class=gm.REGIME if warn else gm.TACTICAL, source_conf=cfg.confidence.own,
-                         importance=0.5 + 0.15 * sev, outcome=0.0, has_outcome=False, event_kind=kind)
+                         importance=0.5 + 0.15 * sev, outcome=0.0, has_outcome=False, event_kind=kind, tokens=tokens)
                 cand.cols["first_sighting"][-1][:] = first_sight
         # (3) the Golem's own action
         tr = ac["traded"]

@@ -240,6 +240,7 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
         best_nn_score = -np.inf
         for b0 in range(0, n, BLOCK):
             m = min(BLOCK, n - b0)
+            mpad = (m + 3) // 4 * 4
             s0 = lo + b0
             # pass 1: semantic dot products (SIMD within each row)
             for j in range(m):
@@ -251,7 +252,8 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                 sem_b[j] = sem
             # pass 2: eligibility and the other factors across the block, branch-free, in three
             # loops of few arrays each (one loop over all columns needs more runtime alias checks
-            # than the vectoriser allows, and then runs scalar)
+            # than the vectoriser allows, and then runs scalar). Ineligible entries get score
+            # -inf and emotional factor and valence 0, so pass 3 needs no test for them.
             xid = ids[s0:s0 + m]
             xst = status[s0:s0 + m]
             xla = last_access_ms[s0:s0 + m]
@@ -264,8 +266,9 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                 pv = np.float64(xp[j]) if tg else 0.0
                 ok = ((xid[j] >= 0) & (xst[j] != 3) & (np.float64(now_ms - xla[j]) < 2.0 * xwin[j])
                       & (np.float64(xconf[j]) >= min_conf))
-                ok_b[j] = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
-                pv_b[j] = pv
+                ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+                ok_b[j] = ok
+                pv_b[j] = pv if ok else 0.0
             xup = up[s0:s0 + m]
             xua = ua[s0:s0 + m]
             xud = ud[s0:s0 + m]
@@ -282,28 +285,45 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                     inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
                     ch = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
                     pc = 0.5 + (pc - 0.5) * ch
-                emo_b[j] = pc if xtag[j] else 0.5
+                pc = pc if xtag[j] else 0.5
+                emo_b[j] = pc if ok_b[j] else 0.0
             ximp = importance[s0:s0 + m]
-            xsal = sal[s0:s0 + m]
             for j in range(m):
                 tmp = exp2(np.float64(now_ms - xla[j]) * lg2_per_ms)
                 tmp_b[j] = tmp
-                sc_b[j] = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo_b[j]
-            # pass 3: pool statistics and the two top-k lists, in slot order; branch-free but
-            # for the (rare, predictable) entries that beat the current k-th score
+                score = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo_b[j]
+                sc_b[j] = score if ok_b[j] else -np.inf
+            # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
+            for j in range(m, mpad):
+                emo_b[j] = 0.0
+                pv_b[j] = 0.0
+                ok_b[j] = False
+            e0 = e1 = e2 = e3 = 0.0
+            v0 = v1 = v2 = v3 = 0.0
+            for j in range(0, mpad, 4):
+                e0 += emo_b[j]
+                e1 += emo_b[j + 1]
+                e2 += emo_b[j + 2]
+                e3 += emo_b[j + 3]
+                v0 += pv_b[j]
+                v1 += pv_b[j + 1]
+                v2 += pv_b[j + 2]
+                v3 += pv_b[j + 3]
+            sum_emo += (e0 + e1) + (e2 + e3)
+            sum_val += (v0 + v1) + (v2 + v3)
+            for j in range(m):
+                n_el += ok_b[j]
+            # pass 3b: best non-negative entry and the two top-k lists, in slot order; the
+            # branches are taken only by entries that beat the current best (rare, predictable)
+            xsal = sal[s0:s0 + m]
             for j in range(m):
                 ok = ok_b[j]
                 score = sc_b[j]
-                pv = pv_b[j]
-                n_el += ok
-                sum_emo += emo_b[j] if ok else 0.0
-                sum_val += pv if ok else 0.0
-                better = ok & (pv >= 0.0) & (score > best_nn_score)
-                best_nn_score = score if better else best_nn_score
-                best_nn = s0 + j if better else best_nn
-                served = score
-                if live:
-                    served = score * (1.0 + np.float64(xsal[j]) * sal_cap)
+                if ok & (pv_b[j] >= 0.0) & (score > best_nn_score):
+                    best_nn_score = score
+                    best_nn = s0 + j
+                shadow = score * (1.0 + np.float64(xsal[j]) * sal_cap)
+                served = shadow if live else score
                 if ok & (served > top_v[k - 1]):
                     pos = _insert(top_s, top_v, k, s0 + j, served)
                     # keep the factors aligned with the served order
@@ -316,7 +336,6 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                     f[pos, 1] = tmp_b[j]
                     f[pos, 2] = np.float64(ximp[j])
                     f[pos, 3] = emo_b[j]
-                shadow = score * (1.0 + np.float64(xsal[j]) * sal_cap)
                 if ok & (shadow > sh_v[k - 1]):
                     _insert(sh_s, sh_v, k, s0 + j, shadow)
         out_pool[gi, POOL_N] = n_el

@@ -93,6 +93,24 @@ def clade_names(run: str | Path) -> dict[int, str]:
     return dict(enumerate(names))
 
 
+def market(runs: RunLike) -> pl.LazyFrame:
+    """The market table with `sim_ms`: the simulated time at which each bar is known.
+
+    Generated markets are stamped in simulated time already. A real tape keeps its bars' epoch open
+    times, while every other table counts simulated ms from the run's start; a bar is known at its
+    close, so sim_ms = time_ms + bar_ms - t0_ms, with both from the manifest's `tape` facts.
+    Join the market to heartbeats, retrievals or events on `sim_ms`, never on `time_ms`.
+    """
+    dirs = run_dirs(runs)
+    frames = []
+    for d, n in zip(dirs, _names(dirs)):
+        tape = manifest(d).get("tape") or {}
+        shift = int(tape.get("bar_ms", 0) or 0) - int(tape.get("t0_ms", 0) or 0)
+        frames.append(scan_table(d, "market").select(pl.lit(n).alias("run"), pl.all(),
+                                                     (pl.col("time_ms") + shift).alias("sim_ms")))
+    return pl.concat(frames, how="vertical")
+
+
 def _ms(every: str | int | float) -> int:
     """A bucket width as milliseconds: an int is ms already; a string is a duration ('6h', '30m')."""
     return int(every) if isinstance(every, (int, float)) else int(parse_duration(every) * 1000)
@@ -308,7 +326,7 @@ def golem_assets(runs: RunLike) -> pl.LazyFrame:
     the price it saw (read from the data, so it holds for generated and real tapes alike)."""
     hb = (scan_runs(runs, "heartbeats").group_by(*KEY)
           .agg(pl.col("time_ms").min().alias("t0"), pl.col("price").sort_by("time_ms").first().alias("price")))
-    m = scan_runs(runs, "market").select("run", "asset", pl.col("time_ms").alias("mt"), "close")
+    m = market(runs).select("run", "asset", pl.col("sim_ms").alias("mt"), "close")
     return (hb.join(m, on="run", how="inner").filter(pl.col("mt") <= pl.col("t0"))
             .group_by(*KEY, "asset").agg(pl.col("close").sort_by("mt").last(), pl.col("price").first())
             .with_columns((pl.col("close") - pl.col("price")).abs().alias("_err"))
@@ -483,13 +501,14 @@ def emotion_shares(runs: RunLike, every: str | int = "1h") -> pl.LazyFrame:
 
 
 def regime_spans(runs: RunLike) -> pl.LazyFrame:
-    """Consecutive stretches of one market regime per asset: start_ms, end_ms (next bar), regime."""
-    m = scan_runs(runs, "market").sort("run", "asset", "time_ms")
+    """Consecutive stretches of one market regime per asset, on the simulated clock (`sim_ms` of
+    `market`): start_ms, end_ms (the next bar's time), regime."""
+    m = market(runs).sort("run", "asset", "sim_ms")
     seg = pl.col("regime").rle_id().over("run", "asset")
-    return (m.with_columns(seg.alias("_seg"), pl.col("time_ms").shift(-1).over("run", "asset").alias("_next"))
+    return (m.with_columns(seg.alias("_seg"), pl.col("sim_ms").shift(-1).over("run", "asset").alias("_next"))
             .group_by("run", "asset", "_seg")
-            .agg(pl.col("regime").first(), pl.col("time_ms").min().alias("start_ms"),
-                 pl.coalesce(pl.col("_next").max(), pl.col("time_ms").max()).alias("end_ms"))
+            .agg(pl.col("regime").first(), pl.col("sim_ms").min().alias("start_ms"),
+                 pl.coalesce(pl.col("_next").max(), pl.col("sim_ms").max()).alias("end_ms"))
             .drop("_seg").sort("run", "asset", "start_ms"))
 
 
@@ -501,7 +520,7 @@ def event_counts(runs: RunLike, kinds: Iterable[str] = ACTIVITY_KINDS, every: st
             .group_by("run", "kind", "bucket_ms").agg(pl.len().alias("n")).sort("run", "kind", "bucket_ms"))
 
 
-__all__ = ["run_dirs", "run_names", "scan_table", "scan_runs", "manifest", "clade_names", "retrieval_bias", "mood_congruence",
+__all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manifest", "clade_names", "retrieval_bias", "mood_congruence",
            "retrieval_valence_bias", "bias_over_time", "lock_in_episodes", "bias_summary", "grimoire_valence_skew",
            "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades", "golem_assets",
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",

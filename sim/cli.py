@@ -245,8 +245,9 @@ def import_tape_cmd(
         col: list[str] = typer.Option([], "--col", help="canonical=file column, e.g. open=Open (repeatable)"),
         sep: str = typer.Option(",", "--sep"),
         order: str = typer.Option("strict", "--order", help="strict | sort | dedupe"),
-        extra: list[str] = typer.Option([], "--extra", help="name=path:column, name one of gas|tvl|funding_rate "
-                                                            "(joined as-of backward; repeatable)")) -> None:
+        extra: list[str] = typer.Option([], "--extra", help="name=path:column[@time_column], name one of gas|tvl|"
+                                                            "funding_rate; times read like the bars' (joined as-of "
+                                                            "backward, repeatable)")) -> None:
     """Import real OHLCV bars (optionally gas/TVL/funding series) as a tape for market.tape."""
     from sim.tapes import ExtraSeries, TapeError, detect_events, import_tape, write_tape
     try:
@@ -259,13 +260,15 @@ def import_tape_cmd(
         extras = []
         for e in extra:
             name, _, rest = e.partition("=")
-            path, _, column = rest.rpartition(":")
+            path, _, colspec = rest.rpartition(":")
+            column, _, tcol = colspec.partition("@")
             if not name or not path or not column:
-                raise InputError(f"--extra {e!r}: expected name=path:column, e.g. "
+                raise InputError(f"--extra {e!r}: expected name=path:column[@time_column], e.g. "
                                  "funding_rate=funding.csv:funding_rate")
             if name not in ("gas", "tvl", "funding_rate"):
                 raise InputError(f"--extra {e!r}: name {name!r}; expected gas, tvl or funding_rate")
-            extras.append(ExtraSeries(path=path, column=column, name=name, time_col=time_col, sep=sep))
+            extras.append(ExtraSeries(path=path, column=column, name=name, time_col=tcol or time_col,
+                                      time_format=time_format, time_unit=time_unit, sep=sep))
         df = import_tape(files, asset=asset, time_col=time_col, time_format=time_format, time_unit=time_unit,
                          columns=columns, sep=sep, order=order, extras=extras)
         write_tape(df, out_file)
@@ -278,9 +281,10 @@ def import_tape_cmd(
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
     bar_h = int(df["bar_ms"][0]) / 3_600_000
     present = [c for c in ("gas", "tvl", "funding_rate") if df[c].null_count() < df.height]
-    out.print(f"{out_file}: {df.height:,} bars of {asset} ({bar_h:g} h), {iso(df['time_ms'][0])} .. "
-              f"{iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
-              f"{n_events:,} events detected with the default thresholds")
+    msg = (f"{out_file}: {df.height:,} bars of {asset} ({bar_h:g} h), {iso(df['time_ms'][0])} .. "
+           f"{iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
+           f"{n_events:,} events detected with the default thresholds")
+    out.print(msg, highlight=False, soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover - console entry

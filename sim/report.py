@@ -100,7 +100,7 @@ class Clock:
     """Simulated time -> plot axis: hours (short runs) or days since the run's first bar."""
 
     def __init__(self, run: Path):
-        t = A.scan_runs(run, "market").select(pl.col("time_ms").min().alias("a"), pl.col("time_ms").max().alias("b")).collect()
+        t = A.market(run).select(pl.col("sim_ms").min().alias("a"), pl.col("sim_ms").max().alias("b")).collect()
         if t["a"][0] is None:
             t = A.scan_runs(run, "heartbeats").select(pl.col("time_ms").min().alias("a"),
                                                      pl.col("time_ms").max().alias("b")).collect()
@@ -125,7 +125,7 @@ def _golem_subset(life: pl.DataFrame, cap: int) -> list[int]:
 
 # ---------------------------------------------------------------------------------- sections
 def section_price(run: Path, ck: Clock) -> str:
-    market = A.scan_runs(run, "market").collect()
+    market = A.market(run).collect()
     if market.is_empty():
         return none("no market table")
     spans = A.regime_spans(run).collect()
@@ -140,7 +140,7 @@ def section_price(run: Path, ck: Clock) -> str:
         sp = spans.filter(pl.col("asset") == asset)
         for r, a, b in zip(sp["regime"], ck(sp["start_ms"]), ck(sp["end_ms"])):
             ax.axvspan(a, b, color=colour[r], lw=0)
-        ax.plot(ck(m["time_ms"]), m["close"].to_numpy(), color="#1d2330", lw=1)
+        ax.plot(ck(m["sim_ms"]), m["close"].to_numpy(), color="#1d2330", lw=1)
         f = fb.filter(pl.col("asset") == asset)
         if f.height:
             ax.scatter(ck(f["time_ms"]), f["price"].to_numpy(), marker="*", s=70, color="#ffb000",

@@ -296,9 +296,14 @@ def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
     return line
 
 
+#: pydantic puts the member type of a union (market.tape: TapeSpec | str) into error locations
+_UNION_TAGS = {"TapeSpec", "str"}
+
+
 def format_validation_error(err: ValidationError, source: str, node: yaml.Node | None = None, prefix: str = "") -> str:
     e = err.errors()[0]
-    loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p in ("function-after", "function-before")))
+    loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and (p in ("function-after", "function-before")
+                                                                    or p in _UNION_TAGS)))
     path = prefix + ".".join(str(p) for p in loc) if loc else (prefix.rstrip(".") or "(top level)")
     line = _line_of(node, loc) if node is not None else None
     where = f"{source}:{line}" if line else source

@@ -120,8 +120,9 @@ def tape_from_file(scenario: Scenario, cfg=None) -> Tape:
     Gas and TVL absent from the file become constants (the scenario's `market.gas.base_gwei`, the
     TVL of a scenario asset of the same name or 1e8), so trading costs stay finite; funding stays
     NaN where absent. Events come from `sim.tapes.detect_events` with the TapeSpec thresholds: an
-    event detected on a bar is dated at the bar's CLOSE (when it becomes knowable), is visible for
-    one bar, after `detect_lag`. The regime follows `derive_regimes` on the tape's first asset.
+    event detected on a bar is dated at the bar's CLOSE (when it becomes knowable) and is visible
+    (after `detect_lag`) until just before the next bar closes (duration bar_ms - 1: the probe
+    window is inclusive at both ends). The regime follows `derive_regimes` on the tape's first asset.
     Bad tape data raises TapeError (the CLI prints it as one line, exit 2).
     """
     from sim.tapes import TapeError, detect_events, read_tape
@@ -182,7 +183,7 @@ def tape_from_file(scenario: Scenario, cfg=None) -> Tape:
             time_ms=at, kind=KIND_MAP[row["kind"]], asset=assets.index(row["asset"]),
             severity=SEVERITIES.index(row["severity"]),
             impact=math.log1p(mag) if row["kind"] in _RETURN_KINDS else 0.0,
-            duration_ms=bar_ms, tokens=row["tokens"], detect_lag_ms=lag))
+            duration_ms=bar_ms - 1, tokens=row["tokens"], detect_lag_ms=lag))
     sl = slice(lo, hi)
     protocols = tuple(known[a].protocol if a in known else f"{a.lower()}-pool" for a in assets)
     return Tape(time_ms=time_ms[sl].copy(), bar_ms=bar_ms, assets=assets, protocols=protocols,

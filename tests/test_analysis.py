@@ -281,3 +281,17 @@ def test_series_for_plots(run):
     write(run, "events", time_ms=[0, 100, 7 * H], seq=[0, 1, 2], kind=["curator", "curator", "dream"], payload=["{}"] * 3)
     ec = A.event_counts(run, every="6h").collect()
     assert ec.select("kind", "bucket_ms", "n").rows() == [("curator", 0, 2), ("dream", 6 * H, 1)]
+
+
+def test_real_tape_market_on_the_simulated_clock(run):
+    # a real tape keeps epoch bar-open times; the other tables count simulated ms from the start
+    t0, bar = 1_583_719_200_000, 7_200_000
+    (run / "manifest.json").write_text(json.dumps({"tape": {"bar_ms": bar, "t0_ms": t0, "source": "file"}}))
+    write(run, "market", time_ms=[t0 - bar, t0, t0 + bar], step=[0, 1, 2], asset=["BTC"] * 3,
+          close=[8000.0, 7900.0, 6000.0], regime=["calm", "calm", "crash"])
+    write(run, "heartbeats", golem_id=[0, 0], time_ms=[0, bar], tick=[0, 1], price=[8000.0, 7900.0])
+    m = A.market(run).collect()
+    assert m["sim_ms"].to_list() == [0, bar, 2 * bar]          # bar i is known at its close
+    assert A.golem_assets(run).collect()["asset"].to_list() == ["BTC"]
+    sp = A.regime_spans(run).collect()
+    assert sp.select("regime", "start_ms", "end_ms").rows() == [("calm", 0, 2 * bar), ("crash", 2 * bar, 2 * bar)]

@@ -1,0 +1,269 @@
+"""Curator, contrarian pass, dreams and the reflex lane (issue 4)."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import events, payloads, table
+from golem import dreams, reflex
+from golem import grimoire as gm
+from golem.config import build_config, default_table
+from golem.curator import consolidation_groups, curate, heat
+
+DAY = 86_400_000
+
+
+def test_curator_every_50th_and_contrarian_every_100th_tick(flash_run):
+    h = table(flash_run.run_dir, "heartbeats")
+    for kind, every in (("curator", 50), ("contrarian", 100)):
+        ev = events(flash_run.run_dir, kind)
+        got = ev.group_by("golem_id").agg(pl.col("tick").sort()).sort("golem_id")
+        last_tick = h.group_by("golem_id").agg(pl.col("tick").max()).sort("golem_id")
+        for (g, ticks), (_, last) in zip(got.iter_rows(), last_tick.iter_rows()):
+            assert ticks == list(range(every - 1, last + 1, every)), (kind, g)
+        assert got.height == h["golem_id"].n_unique()
+
+
+def test_curator_event_carries_the_balance_figures(flash_run):
+    p = payloads(events(flash_run.run_dir, "curator"))
+    assert all(set(x) >= {"n_entries", "mean_valence", "valence_correction", "arousal_correction", "archived",
+                          "promoted", "demoted", "lessons", "low_confidence"} for x in p)
+    for x in p:
+        assert x["valence_correction"] == pytest.approx(-x["mean_valence"] * 0.4)
+        assert x["arousal_correction"] == pytest.approx(min(0.0, -(x["mean_arousal"] - 0.3) * 0.3))
+
+
+def test_contrarian_section_is_weighed_by_the_next_decision(flash_run):
+    ev = events(flash_run.run_dir, "contrarian")
+    r = table(flash_run.run_dir, "retrievals")
+    considered = r.filter(pl.col("contrarian_ids").list.len() > 0)
+    assert considered.height > 0
+    # the next DECIDING after a pass reads exactly the pass's ids
+    for g, t, p in zip(ev["golem_id"], ev["tick"], payloads(ev)):
+        if not p["ids"]:
+            continue
+        nxt = r.filter((pl.col("golem_id") == g) & (pl.col("tick") == t + 1))
+        if nxt.height:
+            assert set(nxt["contrarian_ids"][0]) <= set(p["ids"])
+    # contrarian entries have the opposite valence sign of the mood that asked and confidence >= 0.6
+    e = table(flash_run.run_dir, "entries").select("id", "p", "confidence")
+    for p in payloads(ev):
+        if p["ids"]:
+            ps = e.filter(pl.col("id").is_in(p["ids"]))["p"]
+            assert (np.sign(ps) == p["valence_sign"]).all()
+
+
+class _Mind:
+    """Just enough of golem.heartbeat.Mind for a curator pass on a hand-built Grimoire."""
+
+    def __init__(self, gr, cfg, pad=(0.0, 0.0, 0.0)):
+        from golem.population import Population
+        self.gr, self.cfg = gr, cfg
+        self.pop = Population(n=gr.n_golems, clade=np.zeros(gr.n_golems, np.int32), clade_names=("c",),
+                              asset=np.zeros(gr.n_golems, np.int16), strategy=np.zeros(gr.n_golems, np.int8),
+                              baseline=np.tile(pad, (gr.n_golems, 1)), budget0=np.ones(gr.n_golems),
+                              value0=np.ones(gr.n_golems))
+        self.pending_entries = []
+
+    def topic_name(self, code):
+        return f"topic-{code}"
+
+
+def _cfg(**over):
+    tree = {k: dict(v) for k, v in default_table().items()}
+    for key, v in over.items():
+        s, k = key.split(".")
+        tree[s][k] = v
+    return build_config(tree)
+
+
+def _insert(gr, n, **vals):
+    base = dict(created_ms=0, last_access_ms=0, window_ms=np.full(n, 7.0 * DAY), importance=np.float32(0.5),
+                confidence=np.float32(0.5), salience=np.float32(0.3), decay_class=gm.TACTICAL, category=0,
+                has_tag=True, p=np.float32(0.0), a=np.float32(0.0), d=np.float32(0.0))
+    base.update(vals)
+    return gr.insert(np.zeros(n, np.int64), np.random.default_rng(n).normal(size=(n, gr.dim)), base)
+
+
+def test_balance_weights_minority_and_aroused_entries():
+    gr = gm.Grimoire(1, 16, 4)
+    # 4 tagged (3 strongly negative, 1 positive) + 1 untagged: mean valence = (-0.9*3 + 0.6) / 5 = -0.42
+    _insert(gr, 5, p=np.array([-0.9, -0.9, -0.9, 0.6, 0.0], np.float32), a=np.array([0.8, 0.1, 0.1, 0.1, 0], np.float32),
+            has_tag=np.array([True, True, True, True, False]), created_ms=DAY)
+    m = _Mind(gr, _cfg())
+    f = curate(m, 0, 2 * DAY)
+    assert f["mean_valence"] == pytest.approx(-2.1 / 5) and f["n_entries"] == 5 and f["n_tagged"] == 4
+    assert f["valence_correction"] == pytest.approx(0.4 * 2.1 / 5)
+    assert f["mean_arousal"] == pytest.approx(1.1 / 5)
+    # |mean| 0.42 < 0.5: no minority weights; the aroused entry (A 0.8 > 0.5) gets 1 + arousal_correction (0 here)
+    assert np.allclose(gr.cols["curator_weight"][:5], 1.0)
+    gr2 = gm.Grimoire(1, 16, 4)
+    _insert(gr2, 4, p=np.array([-0.9, -0.9, -0.9, 0.6], np.float32), a=np.array([0.9, 0.9, 0.9, 0.1], np.float32),
+            created_ms=DAY)
+    f2 = curate(_Mind(gr2, _cfg()), 0, 2 * DAY)
+    vc, ac = f2["valence_correction"], f2["arousal_correction"]
+    assert f2["mean_valence"] == pytest.approx(-2.1 / 4) and vc == pytest.approx(0.4 * 2.1 / 4)
+    assert ac == pytest.approx(-(2.8 / 4 - 0.3) * 0.3)
+    assert np.allclose(gr2.cols["curator_weight"][:4], [1 + ac, 1 + ac, 1 + ac, 1 + abs(vc)])
+    gr3 = gm.Grimoire(1, 16, 4)
+    _insert(gr3, 4, p=np.array([-0.9, -0.9, -0.9, 0.6], np.float32), a=np.float32(0.9), created_ms=DAY)
+    curate(_Mind(gr3, _cfg(**{"curator.balance": False})), 0, 2 * DAY)
+    assert np.allclose(gr3.cols["curator_weight"][:4], 1.0)            # the A/B switch
+
+
+def test_archiving_spares_protected_entries():
+    gr = gm.Grimoire(1, 16, 4)
+    # all expired: last access 100 days ago with a 7-day window
+    _insert(gr, 4, decay_class=np.array([gm.TACTICAL, gm.STRUCTURAL, gm.TACTICAL, gm.TACTICAL], np.int8),
+            flashbulb=np.array([False, False, True, False]), salience=np.array([0.3, 0.3, 0.3, 0.75], np.float32))
+    f = curate(_Mind(gr, _cfg()), 0, 100 * DAY)
+    assert f["archived"] == 1
+    assert gr.cols["status"][:4].tolist() == [gm.ARCHIVED, gm.ACTIVE, gm.ACTIVE, gm.ACTIVE]
+
+
+@pytest.mark.parametrize("n, age_days, lessons", [(3, 31, 1), (2, 31, 0), (3, 29, 0), (4, 40, 1)])
+def test_consolidation(n, age_days, lessons):
+    gr = gm.Grimoire(1, 16, 4)
+    sal = np.linspace(0.3, 0.6, n).astype(np.float32)
+    _insert(gr, n, topic=np.int32(7), scope=np.int32(0), salience=sal, window_ms=np.inf, decay_class=gm.REGIME,
+            p=np.linspace(-0.5, 0.5, n).astype(np.float32))
+    m = _Mind(gr, _cfg())
+    f = curate(m, 0, age_days * DAY)
+    assert len(f["lessons"]) == lessons
+    assert gr.count[0] == n + lessons                      # the episodes stay
+    if lessons:
+        s = gr.slot_of(f["lessons"][0])
+        assert gr.cols["category"][s] == gm.CATEGORIES.index("lesson")
+        assert set(gr.links[f["lessons"][0]]) == set(range(n))
+        anchor = int(np.argmax(sal))
+        assert gr.cols["p"][s] == pytest.approx(gr.cols["p"][anchor])      # framed on the most salient episode
+        assert np.allclose(gr.emb[s], gr.emb[anchor])
+        f2 = curate(m, 0, age_days * DAY + 1)
+        assert f2["lessons"] == []                                           # never consolidated twice
+
+
+def test_consolidation_groups_need_same_scope_and_topic():
+    g = consolidation_groups(np.array([0, 0, 1, 0]), np.array([5, 5, 5, 5]), np.zeros(4, np.int64),
+                             np.zeros(4, bool), np.zeros(4, np.int8), 31 * DAY)
+    assert [x.tolist() for x in g] == [[0, 1, 3]]
+
+
+def test_arousal_bias_reevaluated_only_when_calm():
+    gr = gm.Grimoire(1, 8, 4)
+    _insert(gr, 2, category=gm.CATEGORIES.index("insight"), arousal_bias=True,
+            outcome=np.array([-0.5, 0.4], np.float32), raw_outcome=np.array([0.2, 0.3], np.float32),
+            confidence=np.float32(0.5))
+    f = curate(_Mind(gr, _cfg(), pad=(0.0, 0.6, 0.0)), 0, DAY)      # aroused: nothing re-evaluated
+    assert f["reevaluated"] == 0 and gr.cols["arousal_bias"][:2].all()
+    f = curate(_Mind(gr, _cfg(), pad=(0.0, 0.1, 0.0)), 0, DAY)
+    assert f["reevaluated"] == 2 and f["reevaluation_contradicted"] == 1
+    assert np.allclose(gr.cols["confidence"][:2], [0.3, 0.6])           # -0.20 contradicted, +0.10 validated
+    assert np.allclose(gr.cols["outcome"][:2], [0.2, 0.3]) and not gr.cols["arousal_bias"][:2].any()
+
+
+def test_heat_is_log_scaled_access_count():
+    assert np.allclose(heat(np.array([0.0, 1.0, 3.0, 15.0])), np.log1p([0, 1, 3, 15]) / np.log(16))
+    assert np.allclose(heat(np.zeros(3)), 0.0)
+
+
+def test_rem_depotentiation_three_cycles():
+    assert dreams.rem_depotentiate(0.9, 3) == pytest.approx(0.3, abs=1e-9)
+    assert dreams.REM_FACTOR ** 3 == pytest.approx(1 / 3, abs=1e-12)
+
+
+def test_dream_replay_keeps_confidence_direction_and_content():
+    gr = gm.Grimoire(1, 40, 4)
+    n = 30
+    rng = np.random.default_rng(1)
+    _insert(gr, n, i0=rng.random(n).astype(np.float32), importance=rng.random(n).astype(np.float32),
+            a=np.float32(0.9), p=np.float32(-0.5), salience=np.where(np.arange(n) < 5, 0.8, 0.3).astype(np.float32))
+    emb = gr.emb.copy()
+    imp = gr.cols["importance"][:n].copy()
+    conf = gr.cols["confidence"][:n].copy()
+    cfg = _cfg(**{"dream.replay_budget": 16})
+    f = dreams.dream(gr, 0, 0, cfg)
+    score = gr.cols["i0"][:n] * imp
+    chosen = np.lexsort((np.arange(n), -score))[:16]
+    assert sorted(gr.slot_of(e) for e in f["replayed"]) == sorted(chosen.tolist())
+    assert np.allclose(gr.cols["a"][chosen], 0.9 * dreams.REM_FACTOR)
+    others = np.setdiff1d(np.arange(n), chosen)
+    assert np.allclose(gr.cols["a"][others], 0.9)
+    assert np.allclose(gr.cols["confidence"][chosen], np.minimum(1, conf[chosen] + 0.02))
+    assert np.allclose(gr.cols["p"][:n], -0.5) and np.array_equal(gr.emb, emb)
+    assert np.allclose(gr.cols["importance"][5:n], imp[5:] * 0.95)          # homeostasis
+    assert np.allclose(gr.cols["importance"][:5], imp[:5])                   # salient re-boosted
+    # the unit PAD vectors follow the new arousal
+    u = np.stack([gr.cols["up"][chosen], gr.cols["ua"][chosen], gr.cols["ud"][chosen]], 1)
+    v = np.stack([gr.cols["p"][chosen], gr.cols["a"][chosen], gr.cols["d"][chosen]], 1).astype(float)
+    assert np.allclose(u, v / np.linalg.norm(v, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_dreaming_ticks_do_not_trade(flash_run):
+    h = table(flash_run.run_dir, "heartbeats").filter(pl.col("state_path") == "DREAMING")
+    assert h.height > 0 and not h["traded"].any()
+    ev = events(flash_run.run_dir, "dream")
+    assert ev.height == h.height
+    p = payloads(ev)
+    assert all(len(x["replayed"]) == 16 for x in p)
+    assert all(x["arousal_after"] <= x["arousal_before"] + 1e-9 for x in p)
+
+
+# --- reflex lane -------------------------------------------------------------------------------
+
+def test_reflex_matching_rules():
+    desc = set(reflex.tokens("tvl-spike anonymous-deployer concentrated-liquidity npm-shrinkwrap new deployment"))
+    assert reflex.phrase_matches("anonymous-deployer with concentrated-liquidity", desc)
+    assert not reflex.phrase_matches("anonymous-deployer and flash-loan", desc)       # all tokens required
+    assert reflex.phrase_matches("the tvl-spike of an anonymous-deployer", desc)     # function words ignored
+    assert not reflex.phrase_matches("deployment", desc)                             # one plain word never fires
+    assert reflex.phrase_matches("npm-shrinkwrap", desc)                             # an identifier does
+    assert reflex.phrase_matches("the npm-shrinkwrap", desc)
+    assert not reflex.phrase_matches("deploy", desc)                                 # no prefix match
+    assert not reflex.phrase_matches("tvl-spik anonymous-deployer", desc)            # no fuzzy match
+    assert reflex.phrase_matches("v3 pool0", {"pool0"})          # 'v3' (< 3 chars) dropped: 'pool0' is an identifier
+    assert not reflex.phrase_matches("v3 pool", {"pool", "v3"})  # ... but 'pool' alone is a plain word
+
+
+def test_reflex_budget_per_tick_and_cooldown():
+    cands = [(i, 100 + i, ("anonymous-deployer",), -(10**12)) for i in range(5)]
+    fired = reflex.fire("anonymous-deployer", cands, 0, max_per_turn=2)
+    assert [f[1] for f in fired] == [100, 101]
+    assert len(reflex.fire("anonymous-deployer", cands, 0, max_per_turn=9)) == 5     # clamped to 5
+    assert len(reflex.fire("anonymous-deployer", cands, 0, max_per_turn=0)) == 1     # clamped to 1
+    just = [(0, 100, ("anonymous-deployer",), 0), (1, 101, ("anonymous-deployer",), 0)]
+    assert reflex.fire("anonymous-deployer", just, 4 * 3_600_000 - 1) == []           # once per 4 h
+    assert len(reflex.fire("anonymous-deployer", just, 4 * 3_600_000)) == 2
+
+
+def test_reflex_promotion_and_firing_in_a_run(tmp_path):
+    from conftest import run_scenario
+    s = tmp_path / "r.yaml"
+    s.write_text("""name: reflexes
+duration: 3d
+seed: 4
+market:
+  events:
+""" + "".join(f"    - {{kind: gas_spike, at: {h}h, duration: 2h, severity: medium, gas_multiplier: 4}}\n"
+              for h in range(2, 70, 6)) + """golems:
+  - {count: 3, asset: ETH}
+""")
+    manual = run_scenario(s, tmp_path / "manual", sets=["reflex.promotion_min=2"])
+    auto = run_scenario(s, tmp_path / "auto", sets=["reflex.promotion_min=2", "reflex.promotion=auto"])
+    props = events(manual.run_dir, "reflex_proposal")
+    assert props.height > 0 and not any(p["applied"] for p in payloads(props))
+    assert events(manual.run_dir, "reflex").height == 0                 # proposals only recorded
+    fired = events(auto.run_dir, "reflex")
+    assert fired.height > 0
+    for p in payloads(fired):
+        assert 1 <= len(p["served_ids"]) <= 2 and p["pool_size"] >= len(p["served_ids"])
+        assert all(reflex.phrase_matches(m, set(reflex.tokens(p["description"]))) for m in p["matched"])
+    # each entry at most once per 4 h
+    rows = fired.with_columns(ids=pl.col("payload").str.json_decode(pl.Struct({"served_ids": pl.List(pl.Int64)}))
+                              .struct.field("served_ids")).explode("ids").sort("time_ms")
+    for _, grp in rows.group_by("ids"):
+        t = np.array(grp["time_ms"])
+        assert (np.diff(t) >= 4 * 3_600_000).all()
+    off = run_scenario(s, tmp_path / "off", sets=["reflex.promotion_min=2", "reflex.promotion=auto"],
+                       environ={"GOLEM_REFLEX": "off"})
+    assert events(off.run_dir, "reflex").height == 0
