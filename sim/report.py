@@ -312,10 +312,11 @@ def section_deaths(run: Path, ck: Clock, life: pl.DataFrame) -> str:
     return out + none("no Golem died")
 
 
-def section_lives(life: pl.DataFrame) -> str:
-    t = life.select("golem_id", "clade_id", "ticks", "final_value", "pnl_pct", "flashbulbs", "dominant_emotion",
+def section_lives(life: pl.DataFrame, names: dict[int, str]) -> str:
+    t = life.select("golem_id", pl.col("clade_id").replace_strict(names, default=None, return_dtype=pl.String)
+                    .fill_null(pl.col("clade_id").cast(pl.String)).alias("clade"), "ticks", "final_value", "pnl_pct", "flashbulbs", "dominant_emotion",
                     "n_emotions", pl.col("cause").fill_null("alive"))
-    return table_html(t, {"final_value": ",.0f", "pnl_pct": "+.1%"}, ["dominant_emotion", "cause"])
+    return table_html(t, {"final_value": ",.0f", "pnl_pct": "+.1%"}, ["clade", "dominant_emotion", "cause"])
 
 
 def section_grimoire(run: Path, golems: list[int]) -> str:
@@ -409,7 +410,7 @@ def build_html(run: str | Path, compare: str | Path | None = None, threshold: fl
             ("Curator, contrarian, dream and reflex", lambda: section_activity(r, ck)),
             ("Contagion wave", lambda: section_contagion(r, ck)),
             ("Deaths", lambda: section_deaths(r, ck, life)),
-            ("Golems", lambda: section_lives(life)),
+            ("Golems", lambda: section_lives(life, names)),
             ("Grimoire map", lambda: f'<div class="note">{len(golems)} of {life.height} Golems</div>'
                                      + section_grimoire(r, golems)),
         ]

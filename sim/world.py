@@ -218,7 +218,7 @@ class World:
             self.flush()
             if self.checkpoint_dir is not None:
                 from sim import checkpoint
-                checkpoint.save(self, self.checkpoint_dir)
+                checkpoint.maybe_save(self, self.checkpoint_dir)
             ev = self.at(self.env.now + every, LOW)
 
     def reporter(self, every_s: float):
