@@ -29,24 +29,27 @@ def intensity_now(gr: Grimoire, slots: np.ndarray, now_ms: int, half_life_days: 
 
 
 def select_replay(gr: Grimoire, g: int, now_ms: int, budget: int, half_life_days: float = 3.0,
-                  boost: float = 0.3, scores: np.ndarray | None = None) -> np.ndarray:
-    """NREM selection: the top `budget` live entries by intensity_at(now) x importance (ties: slot)."""
+                  boost: float = 0.3, score_fn=None) -> np.ndarray:
+    """NREM selection: the top `budget` live entries by intensity_at(now) x importance (ties: slot),
+    or by `score_fn(slots)` (HDC similarity to a high-arousal prototype under somatic_hdc)."""
     c = gr.cols
     sl = gr.slab(g)
     slots = np.flatnonzero((c["id"][sl] >= 0) & (c["status"][sl] != ARCHIVED)) + sl.start
     if slots.size == 0:
         return slots
-    if scores is None:
+    if score_fn is None:
         scores = intensity_now(gr, slots, now_ms, half_life_days, boost) * c["importance"][slots]
+    else:
+        scores = score_fn(slots)
     order = np.lexsort((slots, -scores))
     return slots[order[:budget]]
 
 
-def dream(gr: Grimoire, g: int, now_ms: int, cfg, scores: np.ndarray | None = None) -> dict:
+def dream(gr: Grimoire, g: int, now_ms: int, cfg, score_fn=None) -> dict:
     """One DREAMING tick for Golem g; returns the figures for the `events` row."""
     d = cfg.dream
     c = gr.cols
-    replay = select_replay(gr, g, now_ms, d.replay_budget, cfg.decay.half_life_days, cfg.decay.reactivation_boost, scores)
+    replay = select_replay(gr, g, now_ms, d.replay_budget, cfg.decay.half_life_days, cfg.decay.reactivation_boost, score_fn)
     before_a = c["a"][replay].astype(np.float64)
     c["confidence"][replay] = np.minimum(1.0, c["confidence"][replay] + d.confidence_boost)
     tagged = replay[c["has_tag"][replay]]

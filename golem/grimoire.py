@@ -142,6 +142,8 @@ class Grimoire:
     recall_when: dict[int, tuple[str, ...]] = field(default_factory=dict)
     links: dict[int, tuple[int, ...]] = field(default_factory=dict)
     phrases: dict[int, str] = field(default_factory=dict)   # event tokens an entry was written under
+    fingerprints: bool = False      # keep a 10,240-bit HDC fingerprint per entry (retrieval.mode somatic_hdc)
+    on_insert: object = None        # callback(slots) after a write, e.g. to fingerprint new entries
 
     def __post_init__(self) -> None:
         n = self.n_golems * self.capacity
@@ -153,6 +155,7 @@ class Grimoire:
         self.cols["curator_weight"][:] = 1.0
         self.emb = np.zeros((n, self.dim), dtype=np.float32)
         self.count = np.zeros(self.n_golems, dtype=np.int64)
+        self.fp = np.zeros((n, 160), dtype=np.uint64) if self.fingerprints else None
 
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("cols")
@@ -161,7 +164,7 @@ class Grimoire:
         raise AttributeError(name)
 
     def bytes_per_entry(self) -> float:
-        total = self.emb.nbytes + sum(c.nbytes for c in self.cols.values())
+        total = self.emb.nbytes + sum(c.nbytes for c in self.cols.values()) + (self.fp.nbytes if self.fp is not None else 0)
         return total / (self.n_golems * self.capacity)
 
     def slab(self, g: int) -> slice:
@@ -201,6 +204,8 @@ class Grimoire:
         nrm = np.linalg.norm(e, axis=1, keepdims=True)
         self.emb[s] = (e / np.maximum(nrm, 1e-12)).astype(np.float32)
         self._stamp_unit_pad(s)
+        if self.on_insert is not None and s.size:
+            self.on_insert(s)
         return slots, ids
 
     def _stamp_unit_pad(self, s: np.ndarray) -> None:

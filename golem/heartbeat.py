@@ -54,7 +54,7 @@ class Mind:
     """The population's cognition: config, state arrays, Grimoire and the per-state functions."""
 
     def __init__(self, cfg, pop: Population, gr: gm.Grimoire, assets: tuple[str, ...], regime_names: tuple[str, ...],
-                 seed: int):
+                 seed: int, protocols: tuple[str, ...] | None = None):
         self.cfg = cfg
         self.pop = pop
         self.gr = gr
@@ -68,6 +68,15 @@ class Mind:
             pop.ctx = np.zeros((pop.n, gr.dim), dtype=np.float32)
             pop.drove = np.full((pop.n, self.prm.top_k), -1, dtype=np.int64)
             pop.drove_sign = np.zeros((pop.n, self.prm.top_k), dtype=np.int8)
+        self.protocols = protocols or tuple(a.lower() for a in assets)
+        self.gas_level = "normal"
+        self.im = None
+        if cfg.retrieval.mode == "somatic_hdc":
+            from golem import hdc
+            self.im = hdc.ItemMemory(cfg.hdc.seed)
+            if gr.fp is None:
+                gr.fp = np.zeros((gr.n_golems * gr.capacity, hdc.N_WORDS), dtype=np.uint64)
+            gr.on_insert = self._fingerprint
         self.pending_entries: list = []    # rows written outside the tick batch (curator lessons)
         self.topics: dict[int, str] = {}   # topic code -> name, for lessons and reports
 
@@ -97,6 +106,7 @@ class Mind:
         regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
         new_regime = regime_shift & (t - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
         sev = obs.probe_sev.astype(np.int64)
+        self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
         # prediction of the last decision against what happened
         sgn = np.sign(ret).astype(np.int64)
         es = pop.exp_sign[ix].astype(np.int64)
@@ -173,7 +183,11 @@ class Mind:
                 base[i] = self.lex.with_tokens(base[i], sorted({f"event:{k}" for k, _, _ in seen}), 1.5)
         query = normalise(base)
         topic = np.array([topic_code(f"{self.assets[a]}/price-move") for a in s["asset"]], dtype=np.int32)
-        if cfg.retrieval.profile == "six_factor":
+        if cfg.retrieval.mode == "somatic_hdc":
+            fps = self.fingerprints(s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2], s["emotion"], s["intensity"],
+                                    s["regime"], s["asset"])
+            res = rt.retrieve_somatic_hdc(gr, ix, query, s["pad"], obs.now_ms, self.prm, fps)
+        elif cfg.retrieval.profile == "six_factor":
             ev_topics = [{topic_code(f"{self.assets[s['asset'][i]]}/{k}") for k, _, _ in seen} for i, seen in enumerate(obs.seen)]
             res = rt.retrieve_six(gr, ix, query, s["pad"], obs.now_ms, self.prm, rt.six_factor_weights(cfg),
                                   s["asset"], obs.regime, ev_topics)
@@ -265,7 +279,13 @@ class Mind:
         novelty = np.nan_to_num(res.factors[:, 0, 0], nan=-1.0) < cfg.escalation.novelty_threshold
         tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
         low_conf = served & (c["confidence"][safe] < cfg.confidence.low_flag) & (c["access_count"][safe] >= cfg.confidence.low_flag_accesses)
-        served_emo = np.where(served, res.factors[:, :, 3], 0.0)
+        if cfg.retrieval.mode == "somatic_hdc":
+            # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
+            cu = s["pad"] / np.maximum(np.linalg.norm(s["pad"], axis=1, keepdims=True), 1e-8)
+            pc = (c["up"][safe] * cu[:, :1] + c["ua"][safe] * cu[:, 1:2] + c["ud"][safe] * cu[:, 2:3] + 1.0) / 2.0
+            served_emo = np.where(served, pc, 0.0)
+        else:
+            served_emo = np.where(served, res.factors[:, :, 3], 0.0)
         out.retrievals = dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
             query_p=s["pad"][:, 0].copy(), query_a=s["pad"][:, 1].copy(), query_d=s["pad"][:, 2].copy(),
@@ -503,6 +523,27 @@ class Mind:
     def topic_name(self, code: int) -> str:
         return self.topics.get(code, str(code))
 
+    # ------------------------------------------------------------------ HDC (SPEC §11)
+    def fingerprints(self, p, a, d, emotion_codes, intensity, regimes, assets) -> np.ndarray:
+        """Fingerprints of affective states: PAD levels, emotion, intensity, regime, plus the asset,
+        its protocol and the gas level as extra roles (so compositional queries can name them)."""
+        from golem import hdc
+        assets = np.asarray(assets, dtype=np.int64)
+        regs = [self.regime_names[r] if 0 <= r < len(self.regime_names) else "none" for r in np.asarray(regimes)]
+        return hdc.encode_batch(p, a, d, [EMOTION_NAMES[e] for e in np.asarray(emotion_codes)], intensity, regs, self.im,
+                                {"asset": [self.assets[x] for x in assets], "protocol": [self.protocols[x] for x in assets],
+                                 "gas": [self.gas_level] * assets.size})
+
+    def _fingerprint(self, slots: np.ndarray) -> None:
+        c = self.gr.cols
+        self.gr.fp[slots] = self.fingerprints(c["p"][slots], c["a"][slots], c["d"][slots], c["emotion"][slots],
+                                              c["i0"][slots], c["regime"][slots], c["scope"][slots])
+
+    def compose_query(self, g: int, k: int = 8, **items: str) -> list[tuple[int, float]]:
+        """Compositional query on Golem g's memories, e.g. emotion="fear", protocol="aave", gas="spiking"."""
+        from golem import hdc
+        return rt.hdc_search(self.gr, g, hdc.query(self.im, **items), k)
+
     # ------------------------------------------------------------------ DREAMING
     def _dreaming(self, ix: np.ndarray) -> np.ndarray:
         """After every `dream.every_ticks` awake ticks a Golem spends `dream.ticks` ticks DREAMING."""
@@ -538,9 +579,13 @@ class Mind:
         out.heartbeats = hb
 
     def _dream_scores(self, g: int, now_ms: int):
-        """Replay selection scores: intensity x importance (None), or HDC similarity to a high-arousal
+        """Replay selection: intensity x importance (None), or HDC similarity to a high-arousal
         prototype when retrieval.mode is somatic_hdc (golem.hdc)."""
-        return None
+        if self.im is None:
+            return None
+        from golem import hdc
+        proto = hdc.high_arousal_prototype(self.im)
+        return lambda slots: hdc.hamming_similarity_batch(proto, np.ascontiguousarray(self.gr.fp[slots]))
 
     # ------------------------------------------------------------------ maintenance
     def _maintenance(self, ix: np.ndarray, obs: Observation, query: np.ndarray, out: TickOutput) -> None:

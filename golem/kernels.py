@@ -210,6 +210,8 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
     emo_b = np.empty(BLOCK)
     pv_b = np.empty(BLOCK)
     sc_b = np.empty(BLOCK)
+    sh_b = np.empty(BLOCK)
+    nn_b = np.empty(BLOCK)
     ok_b = np.empty(BLOCK, dtype=np.bool_)
     q64 = np.empty(d)
     sh_v = np.empty(k)
@@ -293,6 +295,11 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                 tmp_b[j] = tmp
                 score = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo_b[j]
                 sc_b[j] = score if ok_b[j] else -np.inf
+            xsal = sal[s0:s0 + m]
+            for j in range(m):
+                score = sc_b[j]
+                sh_b[j] = score * (1.0 + np.float64(xsal[j]) * sal_cap) if ok_b[j] else -np.inf
+                nn_b[j] = score if pv_b[j] >= 0.0 else -np.inf
             # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
             for j in range(m, mpad):
                 emo_b[j] = 0.0
@@ -313,31 +320,37 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
             sum_val += (v0 + v1) + (v2 + v3)
             for j in range(m):
                 n_el += ok_b[j]
-            # pass 3b: best non-negative entry and the two top-k lists, in slot order; the
-            # branches are taken only by entries that beat the current best (rare, predictable)
-            xsal = sal[s0:s0 + m]
+            # pass 3b: best non-negative entry and the two top-k lists, in slot order; one branch
+            # per entry, taken only by entries that beat a current best (rare, predictable)
+            sv_b = sh_b if live else sc_b
+            t1 = best_nn_score
+            t2 = top_v[k - 1]
+            t3 = sh_v[k - 1]
             for j in range(m):
-                ok = ok_b[j]
-                score = sc_b[j]
-                if ok & (pv_b[j] >= 0.0) & (score > best_nn_score):
-                    best_nn_score = score
-                    best_nn = s0 + j
-                shadow = score * (1.0 + np.float64(xsal[j]) * sal_cap)
-                served = shadow if live else score
-                if ok & (served > top_v[k - 1]):
-                    pos = _insert(top_s, top_v, k, s0 + j, served)
-                    # keep the factors aligned with the served order
-                    for r in range(k - 1, pos, -1):
-                        f[r, 0] = f[r - 1, 0]
-                        f[r, 1] = f[r - 1, 1]
-                        f[r, 2] = f[r - 1, 2]
-                        f[r, 3] = f[r - 1, 3]
-                    f[pos, 0] = sem_b[j]
-                    f[pos, 1] = tmp_b[j]
-                    f[pos, 2] = np.float64(ximp[j])
-                    f[pos, 3] = emo_b[j]
-                if ok & (shadow > sh_v[k - 1]):
-                    _insert(sh_s, sh_v, k, s0 + j, shadow)
+                nn = nn_b[j]
+                sv = sv_b[j]
+                sh = sh_b[j]
+                if (nn > t1) | (sv > t2) | (sh > t3):
+                    if nn > t1:
+                        best_nn_score = nn
+                        best_nn = s0 + j
+                        t1 = nn
+                    if sv > t2:
+                        pos = _insert(top_s, top_v, k, s0 + j, sv)
+                        # keep the factors aligned with the served order
+                        for r in range(k - 1, pos, -1):
+                            f[r, 0] = f[r - 1, 0]
+                            f[r, 1] = f[r - 1, 1]
+                            f[r, 2] = f[r - 1, 2]
+                            f[r, 3] = f[r - 1, 3]
+                        f[pos, 0] = sem_b[j]
+                        f[pos, 1] = tmp_b[j]
+                        f[pos, 2] = np.float64(ximp[j])
+                        f[pos, 3] = emo_b[j]
+                        t2 = top_v[k - 1]
+                    if sh > t3:
+                        _insert(sh_s, sh_v, k, s0 + j, sh)
+                        t3 = sh_v[k - 1]
         out_pool[gi, POOL_N] = n_el
         out_pool[gi, POOL_SUM_EMO] = sum_emo
         out_pool[gi, POOL_SUM_VAL] = sum_val

@@ -172,7 +172,7 @@ __all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "referenc
            "touch", "anti_rumination", "entry_factors"]
 
 
-# --- the [C] six-factor profile ------------------------------------------------------------------
+# --- alternative profiles: six-factor [C] and somatic HDC (§11) ------------------------------------
 
 SIX_SPREAD_SEEDS = 5
 
@@ -180,6 +180,45 @@ SIX_SPREAD_SEEDS = 5
 def six_factor_weights(cfg) -> tuple[float, ...]:
     r = cfg.retrieval
     return (r.six_relevance, r.six_strength, r.six_recency, r.six_spreading, r.six_context, r.six_salience)
+
+
+def _retrieve_profile(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
+                      prm: RetrievalParams, scorer) -> RetrievalResult:
+    """Shared loop of the alternative profiles: eligibility, ranking, shadow, pool statistics.
+
+    `scorer(i, slots, relevance, age_ms)` returns (score, factors (n, 4)) for Golem i's eligible
+    slots. The emotional factor (PAD cosine) feeds the pool statistics so every profile reports the
+    same mood-congruence measures.
+    """
+    golems = np.asarray(golems, dtype=np.int64)
+    b, k = golems.size, prm.top_k
+    out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf), np.full((b, k, 4), np.nan),
+                          np.full((b, k), -1, np.int64), np.zeros((b, 5)))
+    c = gr.cols
+    for i, g in enumerate(golems):
+        sl = gr.slab(int(g))
+        s = np.arange(sl.start, sl.stop)
+        age = now_ms - c["last_access_ms"][s]
+        ok = (c["id"][s] >= 0) & (c["status"][s] != ARCHIVED) & (age < 2.0 * c["window_ms"][s])
+        s, age = s[ok], age[ok]
+        if s.size == 0:
+            continue
+        rel = gr.emb[s].astype(np.float64) @ queries[i].astype(np.float64)
+        score, factors = scorer(i, s, rel, age)
+        cu = cur_pad[i] / max(np.linalg.norm(cur_pad[i]), 1e-8)
+        pc = (c["up"][s] * cu[0] + c["ua"][s] * cu[1] + c["ud"][s] * cu[2] + 1.0) / 2.0
+        order = np.lexsort((s, -score))[:k]
+        n = order.size
+        out.slots[i, :n] = s[order]
+        out.scores[i, :n] = score[order]
+        out.factors[i, :n] = factors[order]
+        sh = np.lexsort((s, -score * (1 + c["salience"][s] * prm.salience_cap)))[:k]
+        out.shadow[i, :sh.size] = s[sh]
+        val = np.where(c["has_tag"][s], c["p"][s], 0.0)
+        nn = np.flatnonzero(val >= 0)
+        best = nn[np.lexsort((s[nn], -score[nn]))[0]] if nn.size else -1
+        out.pool[i] = (s.size, pc.sum(), val.sum(), s[best] if best >= 0 else -1, score[best] if best >= 0 else -np.inf)
+    return out
 
 
 def retrieve_six(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
@@ -191,24 +230,12 @@ def retrieve_six(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad:
     recency = 0.995^hours; spreading = activation passed over links from the top-5 semantic hits
     (each hit passes its relevance to the entries it links to, capped at 1); context_match = share of
     the current context's tags (asset, regime, and each event kind seen now) the entry carries;
-    salience. The emotional factor is still computed (not scored) so pool statistics stay
-    comparable. Factors recorded: [relevance, recency, decayed_strength, emotional].
+    salience. Factors recorded: [relevance, recency, decayed_strength, emotional (PAD cosine)].
     """
-    golems = np.asarray(golems, dtype=np.int64)
-    b, k = golems.size, prm.top_k
-    out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf), np.full((b, k, 4), np.nan),
-                          np.full((b, k), -1, np.int64), np.zeros((b, 5)))
     c = gr.cols
     w = np.asarray(weights)
-    for i, g in enumerate(golems):
-        sl = gr.slab(int(g))
-        s = np.arange(sl.start, sl.stop)
-        age = now_ms - c["last_access_ms"][s]
-        ok = (c["id"][s] >= 0) & (c["status"][s] != ARCHIVED) & (age < 2.0 * c["window_ms"][s])
-        s, age = s[ok], age[ok]
-        if s.size == 0:
-            continue
-        rel = gr.emb[s].astype(np.float64) @ queries[i].astype(np.float64)
+
+    def scorer(i, s, rel, age):
         retention = np.where(np.isinf(c["window_ms"][s]), 1.0, 2.0 ** (-age / np.maximum(c["window_ms"][s], 1.0)))
         strength = c["confidence"][s] * retention
         rec = prm.temporal_base ** (age / HOUR_MS)
@@ -224,20 +251,37 @@ def retrieve_six(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad:
         tags = 2 + len(event_topics[i])
         ctx = ((c["scope"][s] == assets[i]).astype(float) + (c["regime"][s] == regime)
                + np.isin(c["topic"][s], list(event_topics[i])).astype(float)) / tags
-        score = (w[0] * rel + w[1] * strength + w[2] * rec + w[3] * spread + w[4] * ctx + w[5] * c["salience"][s])
-        cn = np.linalg.norm(cur_pad[i])
-        cu = cur_pad[i] / max(cn, 1e-8)
+        score = w[0] * rel + w[1] * strength + w[2] * rec + w[3] * spread + w[4] * ctx + w[5] * c["salience"][s]
+        cu = cur_pad[i] / max(np.linalg.norm(cur_pad[i]), 1e-8)
         pc = (c["up"][s] * cu[0] + c["ua"][s] * cu[1] + c["ud"][s] * cu[2] + 1.0) / 2.0
-        order = np.lexsort((s, -score))[:k]
-        n = order.size
-        out.slots[i, :n] = s[order]
-        out.scores[i, :n] = score[order]
-        out.factors[i, :n] = np.stack([rel[order], rec[order], strength[order], pc[order]], axis=1)
-        sh = np.lexsort((s, -score * (1 + c["salience"][s] * prm.salience_cap)))[:k]
-        out.shadow[i, :sh.size] = s[sh]
-        val = np.where(c["has_tag"][s], c["p"][s], 0.0)
-        nn = val >= 0
-        best = int(np.lexsort((s[nn], -score[nn]))[0]) if nn.any() else -1
-        out.pool[i] = (s.size, pc.sum(), val.sum(), s[nn][best] if best >= 0 else -1,
-                       score[nn][best] if best >= 0 else -np.inf)
-    return out
+        return score, np.stack([rel, rec, strength, pc], axis=1)
+
+    return _retrieve_profile(gr, golems, queries, cur_pad, now_ms, prm, scorer)
+
+
+def retrieve_somatic_hdc(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
+                         prm: RetrievalParams, state_fps: np.ndarray) -> RetrievalResult:
+    """Somatic-enhanced retrieval (SPEC §11): 0.30 recency + 0.30 importance + 0.25 relevance +
+    0.15 HDC similarity between the entry's fingerprint and the Golem's current affective state.
+    Factors recorded: [relevance, recency, importance, hdc_similarity]."""
+    from golem import hdc
+    c = gr.cols
+
+    def scorer(i, s, rel, age):
+        sim = hdc.hamming_similarity_batch(state_fps[i], gr.fp[s])
+        rec = prm.temporal_base ** (age / HOUR_MS)
+        imp = c["importance"][s].astype(np.float64)
+        score = 0.30 * rec + 0.30 * imp + 0.25 * rel + 0.15 * sim
+        return score, np.stack([rel, rec, imp, sim], axis=1)
+
+    return _retrieve_profile(gr, golems, queries, cur_pad, now_ms, prm, scorer)
+
+
+def hdc_search(gr: Grimoire, g: int, query_fp: np.ndarray, k: int = 8) -> list[tuple[int, float]]:
+    """Compositional query over Golem g's fingerprints: [(entry id, similarity)], best first."""
+    from golem import hdc
+    c = gr.cols
+    sl = gr.slab(g)
+    live = np.flatnonzero(c["id"][sl] >= 0) + sl.start
+    ids, sims = hdc.hamming_topk(query_fp, np.ascontiguousarray(gr.fp[live]), min(k, live.size))
+    return [(int(c["id"][live[j]]), float(v)) for j, v in zip(ids, sims)]

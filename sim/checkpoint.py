@@ -163,11 +163,16 @@ def _write_npz(path: Path, arrays: dict) -> int:
     return path.stat().st_size
 
 
-def maybe_save(world, ckdir: Path, budget: float = 0.1) -> Path | None:
+#: share of the wall time checkpoints may take (tests set it to inf: checkpoint at every flush)
+BUDGET = 0.1
+
+
+def maybe_save(world, ckdir: Path, budget: float | None = None) -> Path | None:
     """Checkpoint at this flush unless checkpoints would take more than `budget` of the wall time
     (big worlds: a 4M-entry Grimoire is ~1.7 GB); then the next flush that keeps within it saves.
     A checkpoint only reads the state, so skipping one never changes a run's tables; the first
     flush always saves."""
+    budget = BUDGET if budget is None else budget
     now = time.perf_counter()
     last = getattr(world, "_ck_last", None)
     if last is not None and (now - last[0]) * budget < last[1]:

@@ -223,10 +223,17 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
     for col in ("clade", "metric", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col in ("clade", "metric") else "right")
 
-    def f(x):
-        return "-" if x is None else (f"{x:,.0f}" if abs(x) >= 1000 else f"{x:+.4f}" if abs(x) < 10 else f"{x:,.2f}")
+    def f(x, metric, signed=False):
+        if x is None:
+            return "-"
+        if metric in ("golems", "deaths", "flashbulbs"):
+            return f"{x:+,.0f}" if signed else f"{x:,.0f}"
+        if metric in ("final_pnl", "final_pnl_pct"):
+            return f"{x:+,.2f}"
+        return f"{x:+.4f}"
     for row in d.iter_rows(named=True):
-        t.add_row(row["clade"], row["metric"], f(row["a"]), f(row["b"]), f(row["delta"]))
+        k = row["metric"]
+        t.add_row(row["clade"], k, f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
     out.print(t)
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)

@@ -81,7 +81,7 @@ class World:
         self.clade_names = self._clade_names()
         self.pop = self._population()
         self.gr = gm.Grimoire(self.pop.n, cfg.grimoire.capacity, cfg.grimoire.embedding_dim)
-        self.mind = Mind(cfg, self.pop, self.gr, tape.assets, tape.regime_names, seed)
+        self.mind = Mind(cfg, self.pop, self.gr, tape.assets, tape.regime_names, seed, protocols=tape.protocols)
         self.cohorts = self._cohorts()
         self.latency = self._latencies()
         self.event_seq = 0

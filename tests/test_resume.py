@@ -121,6 +121,7 @@ def test_checkpoint_with_deliveries_in_flight(ref, tmp_path, monkeypatch):
         return p
 
     monkeypatch.setattr(ckm, "save", save_then_stop)
+    monkeypatch.setattr(ckm, "BUDGET", float("inf"))     # a checkpoint at every flush
     with pytest.raises(Stop):
         execute(d / "s.yaml", tmp_path / "r", environ={})
     monkeypatch.setattr(ckm, "save", save)
