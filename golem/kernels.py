@@ -45,18 +45,60 @@ HOUR_MS = 3_600_000.0
 
 
 # ----------------------------------------------------------------------------- intrinsics
+def _i32s(*idx):
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(idx)), list(idx))
+
+
+def _emit_row_s8(context, builder, eptr, qptr, dm):
+    """Emit the lane loop for one row: returns its <8 x double> s8 = (v0 + v1) + (v2 + v3), where
+    lane l of v_c holds the sum over t = 8c + l (mod 32), t < dm, in increasing t."""
+    intp = context.get_value_type(types.intp)
+    f64v = ir.VectorType(ir.DoubleType(), 8)
+    f32v = ir.VectorType(ir.FloatType(), 8)
+    zero = ir.Constant(f64v, [0.0] * 8)
+    pre = builder.block
+    loop = builder.append_basic_block("dotl.loop")
+    done = builder.append_basic_block("dotl.done")
+    builder.cbranch(builder.icmp_signed(">", dm, ir.Constant(intp, 0)), loop, done)
+    builder.position_at_end(loop)
+    i = builder.phi(intp)
+    i.add_incoming(ir.Constant(intp, 0), pre)
+    accs = [builder.phi(f64v) for _ in range(4)]
+    news = []
+    for c, acc in enumerate(accs):
+        acc.add_incoming(zero, pre)
+        off = builder.add(i, ir.Constant(intp, 8 * c))
+        ve = builder.load(builder.bitcast(builder.gep(eptr, [off]), f32v.as_pointer()), align=4)
+        vq = builder.load(builder.bitcast(builder.gep(qptr, [off]), f64v.as_pointer()), align=8)
+        news.append(builder.fadd(acc, builder.fmul(builder.fpext(ve, f64v), vq)))
+    nxt = builder.add(i, ir.Constant(intp, LANES))
+    i.add_incoming(nxt, loop)
+    for acc, new in zip(accs, news):
+        acc.add_incoming(new, loop)
+    builder.cbranch(builder.icmp_signed("<", nxt, dm), loop, done)
+    builder.position_at_end(done)
+    r = [builder.phi(f64v) for _ in news]
+    for ph, new in zip(r, news):
+        ph.add_incoming(zero, pre)
+        ph.add_incoming(new, loop)
+    return builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3]))
+
+
+def _dot_typing(emb, q64):
+    return (isinstance(emb, types.Array) and emb.dtype == types.float32 and emb.ndim == 2 and emb.layout == "C"
+            and isinstance(q64, types.Array) and q64.dtype == types.float64 and q64.ndim == 1 and q64.layout == "C")
+
+
 @intrinsic
 def _dot_lanes_row(typingctx, emb, row, q64, dm):
     """float64 sum over t < dm of emb[row, t] * q64[t] in 32 lanes (t mod 32), combined pairwise.
 
-    Emitted as explicit <8 x double> vector IR so the order of every addition is fixed here and
-    not left to the compiler: lane l of vector c holds t = 8c + l (mod 32); the four vectors are
-    added (v0 + v1) + (v2 + v3), then halves: lanes l + (l + 4), l + (l + 2), l + (l + 1).
+    Emitted as explicit <8 x double> vector IR, so the order of every addition is fixed here and
+    not left to the compiler: s8 = (v0 + v1) + (v2 + v3) (see `_emit_row_s8`), then
+    s4[l] = s8[l] + s8[l + 4], s2[l] = s4[l] + s4[l + 2], result s2[0] + s2[1].
     `emb` is a C-contiguous 2-D float32 array, `q64` a contiguous float64 array, dm a multiple of 32.
     """
-    if not (isinstance(emb, types.Array) and emb.dtype == types.float32 and emb.ndim == 2 and emb.layout == "C"):
-        return None
-    if not (isinstance(q64, types.Array) and q64.dtype == types.float64 and q64.ndim == 1 and q64.layout == "C"):
+    if not _dot_typing(emb, q64):
         return None
     sig = types.float64(emb, types.intp, q64, types.intp)
 
@@ -64,48 +106,56 @@ def _dot_lanes_row(typingctx, emb, row, q64, dm):
         e_arr = context.make_array(signature.args[0])(context, builder, args[0])
         q_arr = context.make_array(signature.args[2])(context, builder, args[2])
         row, dm = args[1], args[3]
-        intp = context.get_value_type(types.intp)
-        f64v = ir.VectorType(ir.DoubleType(), 8)
-        f32v = ir.VectorType(ir.FloatType(), 8)
-        zero = ir.Constant(f64v, [0.0] * 8)
         ncols = builder.extract_value(e_arr.shape, 1)
-        eptr = builder.gep(e_arr.data, [builder.mul(row, ncols)])
-        qptr = q_arr.data
-        pre = builder.block
-        loop = builder.append_basic_block("dotl.loop")
-        done = builder.append_basic_block("dotl.done")
-        builder.cbranch(builder.icmp_signed(">", dm, ir.Constant(intp, 0)), loop, done)
-        builder.position_at_end(loop)
-        i = builder.phi(intp)
-        i.add_incoming(ir.Constant(intp, 0), pre)
-        accs = [builder.phi(f64v) for _ in range(4)]
-        news = []
-        for c, acc in enumerate(accs):
-            acc.add_incoming(zero, pre)
-            off = builder.add(i, ir.Constant(intp, 8 * c))
-            ve = builder.load(builder.bitcast(builder.gep(eptr, [off]), f32v.as_pointer()), align=4)
-            vq = builder.load(builder.bitcast(builder.gep(qptr, [off]), f64v.as_pointer()), align=8)
-            news.append(builder.fadd(acc, builder.fmul(builder.fpext(ve, f64v), vq)))
-        nxt = builder.add(i, ir.Constant(intp, LANES))
-        i.add_incoming(nxt, loop)
-        for acc, new in zip(accs, news):
-            acc.add_incoming(new, loop)
-        builder.cbranch(builder.icmp_signed("<", nxt, dm), loop, done)
-        builder.position_at_end(done)
-        r = [builder.phi(f64v) for _ in news]
-        for ph, new in zip(r, news):
-            ph.add_incoming(zero, pre)
-            ph.add_incoming(new, loop)
-        s8 = builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3]))
-        undef8 = ir.Constant(f64v, ir.Undefined)
-        s4 = builder.fadd(builder.shuffle_vector(s8, undef8, ir.Constant(ir.VectorType(ir.IntType(32), 4), [0, 1, 2, 3])),
-                          builder.shuffle_vector(s8, undef8, ir.Constant(ir.VectorType(ir.IntType(32), 4), [4, 5, 6, 7])))
-        undef4 = ir.Constant(ir.VectorType(ir.DoubleType(), 4), ir.Undefined)
-        s2 = builder.fadd(builder.shuffle_vector(s4, undef4, ir.Constant(ir.VectorType(ir.IntType(32), 2), [0, 1])),
-                          builder.shuffle_vector(s4, undef4, ir.Constant(ir.VectorType(ir.IntType(32), 2), [2, 3])))
+        s8 = _emit_row_s8(context, builder, builder.gep(e_arr.data, [builder.mul(row, ncols)]), q_arr.data, dm)
+        s4 = builder.fadd(builder.shuffle_vector(s8, s8, _i32s(0, 1, 2, 3)), builder.shuffle_vector(s8, s8, _i32s(4, 5, 6, 7)))
+        s2 = builder.fadd(builder.shuffle_vector(s4, s4, _i32s(0, 1)), builder.shuffle_vector(s4, s4, _i32s(2, 3)))
         i32 = ir.IntType(32)
         return builder.fadd(builder.extract_element(s2, ir.Constant(i32, 0)),
                             builder.extract_element(s2, ir.Constant(i32, 1)))
+
+    return sig, codegen
+
+
+@intrinsic
+def _dot_lanes_rows8(typingctx, emb, row0, q64, dm, out, off):
+    """`_dot_lanes_row` for the 8 rows row0 .. row0 + 7, stored to out[off:off + 8].
+
+    The eight s8 vectors are reduced together by a transposed tree whose every addition pairs the
+    same two partial sums as the one-row reduction (s8[l] + s8[l + 4], then s4[l] + s4[l + 2], then
+    s2[0] + s2[1]): the results are bit-identical to eight `_dot_lanes_row` calls, for a fraction of
+    the shuffles.
+    """
+    if not _dot_typing(emb, q64):
+        return None
+    if not (isinstance(out, types.Array) and out.dtype == types.float64 and out.layout == "C"):
+        return None
+    sig = types.void(emb, types.intp, q64, types.intp, out, types.intp)
+
+    def codegen(context, builder, signature, args):
+        e_arr = context.make_array(signature.args[0])(context, builder, args[0])
+        q_arr = context.make_array(signature.args[2])(context, builder, args[2])
+        o_arr = context.make_array(signature.args[4])(context, builder, args[4])
+        row0, dm, off = args[1], args[3], args[5]
+        intp = context.get_value_type(types.intp)
+        ncols = builder.extract_value(e_arr.shape, 1)
+        s8 = []
+        for r in range(8):
+            row = builder.add(row0, ir.Constant(intp, r))
+            s8.append(_emit_row_s8(context, builder, builder.gep(e_arr.data, [builder.mul(row, ncols)]), q_arr.data, dm))
+
+        def pair(x, y, lo, hi):
+            return builder.fadd(builder.shuffle_vector(x, y, _i32s(*lo)), builder.shuffle_vector(x, y, _i32s(*hi)))
+        # [X4_0..3, Y4_0..3] for row pairs (A,B) (C,D) (E,F) (G,H)
+        st1 = [pair(s8[2 * i], s8[2 * i + 1], (0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15)) for i in range(4)]
+        # [A2_0, A2_1, C2_0, C2_1, B2_0, B2_1, D2_0, D2_1] and the same for E..H
+        st2 = [pair(st1[2 * i], st1[2 * i + 1], (0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15)) for i in range(2)]
+        # [A, C, B, D, E, G, F, H]
+        st3 = pair(st2[0], st2[1], (0, 2, 4, 6, 8, 10, 12, 14), (1, 3, 5, 7, 9, 11, 13, 15))
+        res = builder.shuffle_vector(st3, st3, _i32s(0, 2, 1, 3, 4, 6, 5, 7))
+        optr = builder.bitcast(builder.gep(o_arr.data, [off]), ir.VectorType(ir.DoubleType(), 8).as_pointer())
+        builder.store(res, optr, align=8)
+        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -244,14 +294,21 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
             m = min(BLOCK, n - b0)
             mpad = (m + 3) // 4 * 4
             s0 = lo + b0
-            # pass 1: semantic dot products (SIMD within each row)
-            for j in range(m):
-                sem = _dot_lanes_row(emb, s0 + j, q64, dm)
-                if dm < d:
+            # pass 1: semantic dot products (SIMD within each row, eight rows at a time)
+            j = 0
+            while j + 8 <= m:
+                _dot_lanes_rows8(emb, s0 + j, q64, dm, sem_b, j)
+                j += 8
+            while j < m:
+                sem_b[j] = _dot_lanes_row(emb, s0 + j, q64, dm)
+                j += 1
+            if dm < d:
+                for j in range(m):
                     e = emb[s0 + j]
+                    sem = sem_b[j]
                     for t in range(dm, d):
                         sem += np.float64(e[t]) * q64[t]
-                sem_b[j] = sem
+                    sem_b[j] = sem
             # pass 2: eligibility and the other factors across the block, branch-free, in three
             # loops of few arrays each (one loop over all columns needs more runtime alias checks
             # than the vectoriser allows, and then runs scalar). Ineligible entries get score
