@@ -83,8 +83,8 @@ def curate(mind, g: int, now_ms: int) -> dict:
     # 1. emotional balance over the entries since the last pass
     vc, ac = emotional_balance(c["p"][tagged].astype(float).tolist(), c["a"][tagged].astype(float).tolist(),
                                int(recent.size), cu.valence_gain, cu.arousal_floor, cu.arousal_gain)
-    mean_v = float(c["p"][tagged].sum()) / max(int(recent.size), 1)
-    mean_a = float(c["a"][tagged].sum()) / max(int(recent.size), 1)
+    mean_v = float(c["p"][tagged].astype(np.float64).sum()) / max(int(recent.size), 1)
+    mean_a = float(c["a"][tagged].astype(np.float64).sum()) / max(int(recent.size), 1)
     n_reweighted = 0
     if cu.balance and recent.size:
         w = curator_weights(c["p"][recent].astype(float), c["a"][recent].astype(float), c["has_tag"][recent],

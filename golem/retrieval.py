@@ -53,13 +53,33 @@ class RetrievalParams:
                    salience_cap=r.salience_rank_cap, live=r.salience_rank == "live")
 
 
+def semantic_dot(e, q) -> float:
+    """cosine(entry, query) of unit vectors: their dot product, in the kernel's order of additions.
+
+    Every float32 x float32 product is exact in float64. The products go into 32 partial sums
+    (t mod 32, each in increasing t) for t below the largest multiple of 32 <= d; these are
+    combined pairwise (lanes l, l+8, l+16, l+24; then l, l+4; l, l+2; l, l+1) and the remaining
+    t are added in order. `golem.kernels` does exactly these additions with SIMD, so the two agree
+    bit for bit; any order would agree to ~1e-16.
+    """
+    d = len(e)
+    dm = d - d % 32
+    acc = [0.0] * 32
+    for t in range(dm):
+        acc[t % 32] += float(e[t]) * float(q[t])
+    s8 = [(acc[l] + acc[l + 8]) + (acc[l + 16] + acc[l + 24]) for l in range(8)]
+    s4 = [s8[l] + s8[l + 4] for l in range(4)]
+    s2 = [s4[l] + s4[l + 2] for l in range(2)]
+    sem = s2[0] + s2[1]
+    for t in range(dm, d):
+        sem += float(e[t]) * float(q[t])
+    return sem
+
+
 def entry_factors(gr: Grimoire, s: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams):
     """The four factors of one slot, straight from the SPEC formulas (scalar reference)."""
     c = gr.cols
-    sem = 0.0
-    e = gr.emb[s]
-    for t in range(gr.dim):
-        sem += float(e[t]) * float(query[t])
+    sem = semantic_dot(gr.emb[s], query)
     hours = (now_ms - int(c["last_access_ms"][s])) / HOUR_MS
     if c["has_tag"][s]:
         tag = (float(c["p"][s]), float(c["a"][s]), float(c["d"][s]))
@@ -85,7 +105,7 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
             continue
         if now_ms - int(c["last_access_ms"][s]) >= 2.0 * float(c["window_ms"][s]):
             continue
-        if c["confidence"][s] < min_conf:
+        if float(c["confidence"][s]) < min_conf:
             continue
         pv = float(c["p"][s]) if c["has_tag"][s] else 0.0
         if valence_sign > 0 and not (c["has_tag"][s] and pv > 0):

@@ -57,3 +57,8 @@ def events(run_dir, kind=None) -> pl.DataFrame:
 def payloads(df: pl.DataFrame) -> list[dict]:
     import json
     return [json.loads(p) for p in df["payload"]]
+
+
+@pytest.fixture(scope="session")
+def bull_run(tmp_path_factory):
+    return run_scenario("bull_run", tmp_path_factory.mktemp("bull") / "run")

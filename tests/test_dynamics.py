@@ -219,12 +219,12 @@ def test_strong_negative_marker_escalates_an_all_normal_tick(tmp_path):
     assert esc["time_ms"].max() >= 30 * 3_600_000        # the second panic is recognised
 
 
-def test_positive_markers_serve_the_cached_response(rug_run):
-    h = table(rug_run.run_dir, "heartbeats").filter(pl.col("cache_served"))
+def test_positive_markers_serve_the_cached_response(bull_run):
+    h = table(bull_run.run_dir, "heartbeats").filter(pl.col("cache_served"))
     assert h.height > 0 and (h["marker_valence"] > 0.5).all() and (h["marker_strength"] > 3).all()
     # no escalation from the marker path (a flashbulb on the same tick still forces T2)
     assert (h.filter(~pl.col("flashbulb") & (pl.col("probe") == "none"))["tier"] == "T0").all()
-    r = table(rug_run.run_dir, "retrievals").filter(pl.col("cache_served"))
+    r = table(bull_run.run_dir, "retrievals").filter(pl.col("cache_served"))
     j = r.join(h.select("golem_id", "tick", "target_exposure"), on=["golem_id", "tick"])
     assert j.height == h.height
 
