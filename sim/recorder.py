@@ -103,7 +103,8 @@ class Recorder:
         """Append rows given as a dict of equal-length arrays/lists (schema order, exact types)."""
         schema = SCHEMAS[table]
         # NaN means "no value" in every table (an empty pool, a missing funding rate): store it as null
-        arrays = [pa.array(_py(columns[f.name]), type=f.type, from_pandas=True) for f in schema]
+        arrays = [columns[f.name] if isinstance(columns[f.name], pa.Array)
+                  else pa.array(_py(columns[f.name]), type=f.type, from_pandas=True) for f in schema]
         t = pa.Table.from_arrays(arrays, schema=schema)
         if t.num_rows:
             self.buf[table].append(t)
@@ -131,6 +132,15 @@ class Recorder:
             self.buf[table] = []
         self.part += 1
         return written
+
+
+def list_column(values: np.ndarray, mask: np.ndarray, dtype: pa.DataType) -> pa.Array:
+    """A list<...> column from a (rows, k) array and a mask of the cells to keep, in row order,
+    built from offsets without a Python loop (NaN kept cells become null)."""
+    lengths = mask.sum(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    flat = pa.array(values[mask], type=dtype, from_pandas=True)
+    return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
 def _py(v):

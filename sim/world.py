@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import simpy
 
 from golem import clade as cladem
@@ -20,6 +21,7 @@ from golem.heartbeat import Mind, Observation, TickOutput
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
+from sim.recorder import list_column
 from sim.rng import hash_uniform_array
 from sim.scenario import Scenario, parse_duration
 
@@ -365,22 +367,24 @@ class World:
         served = r["ids"] >= 0
         n = served.shape[0]
         mode = self.cfg.retrieval.salience_rank
+        i64, f64 = pa.int64(), pa.float64()
 
-        def lists(a, mask=served):
-            return [row[m].tolist() for row, m in zip(a, mask)]
-        shadow = None if mode == "off" else lists(r["shadow_ids"], r["shadow_ids"] >= 0)
+        def lists(a, mask=served, dtype=f64):
+            return list_column(np.asarray(a), mask, dtype)
+        shadow = (pa.nulls(n, pa.list_(i64)) if mode == "off" else lists(r["shadow_ids"], r["shadow_ids"] >= 0, i64))
+        contra = r.get("contrarian_ids")
         self.rec.add("retrievals", dict(
             time_ms=r["time_ms"], golem_id=r["golem_id"], clade_id=self.pop.clade[r["golem_id"]], tick=r["tick"],
-            profile=[self.cfg.retrieval.profile] * n, query_p=r["query_p"], query_a=r["query_a"], query_d=r["query_d"],
-            ids=lists(r["ids"]), scores=lists(r["scores"]), semantic=lists(r["factors"][:, :, 0]),
-            temporal=lists(r["factors"][:, :, 1]), importance=lists(r["factors"][:, :, 2]),
-            emotional=lists(r["factors"][:, :, 3]), valences=lists(r["valences"]),
-            salience_shadow=shadow if shadow is not None else [None] * n, pool_n=r["pool_n"],
+            profile=pa.array([self.cfg.retrieval.profile] * n), query_p=r["query_p"], query_a=r["query_a"],
+            query_d=r["query_d"], ids=lists(r["ids"], served, i64), scores=lists(r["scores"]),
+            semantic=lists(r["factors"][:, :, 0]), temporal=lists(r["factors"][:, :, 1]),
+            importance=lists(r["factors"][:, :, 2]), emotional=lists(r["factors"][:, :, 3]),
+            valences=lists(r["valences"]), salience_shadow=shadow, pool_n=r["pool_n"],
             pool_mean_emotional=r["pool_mean_emotional"], pool_mean_valence=r["pool_mean_valence"],
             served_mean_emotional=r["served_mean_emotional"], served_mean_valence=r["served_mean_valence"],
-            anti_rumination=r["anti_rumination"], low_conf_ids=lists(r["low_conf_ids"], r["low_conf_ids"] >= 0),
+            anti_rumination=r["anti_rumination"], low_conf_ids=lists(r["low_conf_ids"], r["low_conf_ids"] >= 0, i64),
             reactivated=r["reactivated"], memory_signal=r["memory_signal"], cache_served=r["cache_served"],
-            contrarian_ids=r.get("contrarian_ids", [[] for _ in range(n)]),
+            contrarian_ids=contra if contra is not None else [[] for _ in range(n)],
             contrarian_changed=r.get("contrarian_changed", np.zeros(n, dtype=bool))))
 
     def _record_entries(self, e: dict) -> None:
