@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -38,6 +38,17 @@ def parse_duration(v: Any) -> float:
     if secs < 0:
         raise ValueError(f"expected a duration >= 0, got {v!r}")
     return secs
+
+
+def _check_duration(v):
+    if v is not None:
+        parse_duration(v)
+    return v
+
+
+#: seconds, or a string with units ('90m', '36h', '3d2h'); kept as written, read with parse_duration
+Duration = Annotated[Union[int, float, str], AfterValidator(_check_duration)]
+OptDuration = Annotated[Union[int, float, str, None], AfterValidator(_check_duration)]
 
 
 class _M(BaseModel):
@@ -75,16 +86,16 @@ class Gas(_M):
 
 class EventSpec(_M):
     kind: Literal["exploit", "rug_pull", "depeg", "gas_spike", "oracle_failure", "flash_crash", "liquidation"]
-    at: Any = Field(description="when: seconds or '6h'")
+    at: Duration = Field(description="when: seconds or '6h'")
     asset: str | None = None
     severity: Literal["none", "low", "medium", "high"] = "high"
     impact: float = 0.0
-    duration: Any = "1h"
+    duration: Duration = "1h"
     tokens: str | None = None
     gas_multiplier: float = 5.0
     recover: bool = True
-    detect_lag: Any = 0
-    detect_jitter: Any = 0
+    detect_lag: Duration = 0
+    detect_jitter: Duration = 0
     early_detectors: list[int] = Field(default_factory=list)
 
     @property
@@ -103,26 +114,16 @@ class EventSpec(_M):
     def detect_jitter_s(self) -> float:
         return parse_duration(self.detect_jitter)
 
-    @field_validator("at", "duration", "detect_lag", "detect_jitter")
-    @classmethod
-    def _dur(cls, v):
-        parse_duration(v)
-        return v
 
 
 class ForcedRegime(_M):
-    at: Any
+    at: Duration
     regime: str
 
     @property
     def at_s(self) -> float:
         return parse_duration(self.at)
 
-    @field_validator("at")
-    @classmethod
-    def _dur(cls, v):
-        parse_duration(v)
-        return v
 
 
 def _default_regimes() -> dict[str, Regime]:
@@ -148,7 +149,7 @@ class TapeSpec(_M):
     crash_return: float = -0.05
     crash_high: float = -0.10
     funding_abs: float = 0.001
-    detect_lag: Any = 0
+    detect_lag: Duration = 0
 
     @field_validator("start", mode="before")
     @classmethod
@@ -163,12 +164,6 @@ class TapeSpec(_M):
         except ValueError:
             raise ValueError(f"expected an ISO date or date-time such as '2020-03-09' or '2020-03-09T00:00Z', got {v!r}") from None
         return str(v)
-
-    @field_validator("detect_lag")
-    @classmethod
-    def _lag(cls, v):
-        parse_duration(v)
-        return v
 
 
 class MarketSpec(_M):
@@ -211,8 +206,8 @@ class GolemGroup(_M):
     budget: float = Field(1000.0, gt=0)  # inference/gas budget (USD)
     capital: float = Field(10_000.0, gt=0)
     exposure: float = Field(0.5, ge=0, le=1)  # initial exposure
-    interval: Any = None                # heartbeat cadence; default heartbeat.interval_s
-    start: Any = 0                      # first heartbeat
+    interval: OptDuration = None        # heartbeat cadence; default heartbeat.interval_s
+    start: Duration = 0                      # first heartbeat
     prefill: int = Field(0, ge=0)       # memories written before the run (imports: untagged)
     spread: float = Field(0.15, ge=0, le=1)  # individual differences: temperament, trend scale, memory weight, risk
 
@@ -223,25 +218,13 @@ class GolemGroup(_M):
             raise ValueError("temperament components must be in [-1, 1]")
         return v
 
-    @field_validator("start", "interval")
-    @classmethod
-    def _dur(cls, v):
-        if v is not None:
-            parse_duration(v)
-        return v
 
 
 class CladeSpec(_M):
     name: str
-    latency: Any = None   # default clade.latency_s
-    jitter: Any = None    # default clade.jitter_s
+    latency: OptDuration = None   # default clade.latency_s
+    jitter: OptDuration = None    # default clade.jitter_s
 
-    @field_validator("latency", "jitter")
-    @classmethod
-    def _dur(cls, v):
-        if v is not None:
-            parse_duration(v)
-        return v
 
 
 class Scenario(_M):
