@@ -52,8 +52,9 @@ def intensity_batch(p, a, d) -> np.ndarray:
     return np.sqrt(p * p + a * a + d * d) / np.sqrt(3.0)
 
 
-def arousal_factor_batch(a) -> np.ndarray:
-    return np.exp(-((a - 0.3) ** 2) / (2 * 0.6**2))
+def arousal_factor_batch(a, peak: float = 0.3, width: float = 0.6) -> np.ndarray:
+    """Vectorised `pad.arousal_encoding_factor`: exp(-(a - peak)^2 / (2 width^2))."""
+    return np.exp(-((a - peak) ** 2) / (2 * width**2))
 
 
 def label_batch(cfg, p, a, recent_losses, failed_attempts, probe_high) -> np.ndarray:

@@ -47,7 +47,7 @@ def receive(mind, receiver: int, sender: int, entry: dict, alert_type: str, now_
     before = tuple(float(x) for x in pop.pad[receiver])
     category = gm.CATEGORIES[int(entry["category"])]
     values = {k: np.array([entry[k]]) for k in FIELDS if k != "id"}
-    conf = gm.initial_confidence(cfg.confidence.inherited, before[1])
+    conf = gm.initial_confidence(cfg.confidence.inherited, before[1], cfg.arousal.encoding_peak, cfg.arousal.encoding_width)
     values.update(created_ms=now_ms, last_access_ms=now_ms, provenance=sender, curator_weight=1.0,
                   confidence=np.array([conf]))
     slots, ids = gr.insert(np.array([receiver]), entry["emb"][None, :], values)

@@ -92,9 +92,9 @@ def status_at(now_ms: int, last_accessed_ms: int, window_days: float, archived: 
     return ACTIVE
 
 
-def initial_confidence(source_confidence: float, arousal: float) -> float:
+def initial_confidence(source_confidence: float, arousal: float, peak: float = 0.3, width: float = 0.6) -> float:
     """Source confidence (own 0.9 ... speculative 0.2) times the arousal encoding factor."""
-    return source_confidence * padm.arousal_encoding_factor(arousal)
+    return source_confidence * padm.arousal_encoding_factor(arousal, peak, width)
 
 
 def propagate_confidence(c: float, validated: bool, validation: float = 0.10, contradiction: float = 0.20) -> float:

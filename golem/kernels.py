@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit
+from numba import carray, njit
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
@@ -188,6 +188,53 @@ def _fma(typingctx, a, b, c):
     return types.float64(types.float64, types.float64, types.float64), codegen
 
 
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """Hint the CPU to start loading the cache line holding arr[idx] (no fault if out of range)."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(8).as_pointer())
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
+            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.intp), codegen
+
+
+@njit(cache=True, inline="always")
+def _prefetch_span(arr, lo, hi):
+    """Prefetch arr[lo:hi] (a 1-D contiguous column), one hint per 64-byte line."""
+    step = max(1, 64 // arr.itemsize)
+    for i in range(lo, hi, step):
+        _prefetch(arr, i)
+
+
+def _stack_block(dtype):
+    """An intrinsic returning a pointer to BLOCK elements of `dtype` on the kernel's stack.
+
+    Scratch on the stack is memory the compiler can prove distinct from every input array, so the
+    block loops vectorise without runtime alias checks (heap scratch from np.empty is opaque).
+    """
+    nb_type = types.float64 if dtype == np.float64 else types.boolean
+
+    @intrinsic
+    def impl(typingctx):
+        def codegen(context, builder, signature, args):
+            ty = context.get_data_type(nb_type)
+            return cgutils.alloca_once(builder, ty, size=ir.Constant(ir.IntType(64), BLOCK))
+        return types.CPointer(nb_type)(), codegen
+    return impl
+
+
+_stack_f64 = _stack_block(np.float64)
+_stack_bool = _stack_block(np.bool_)
+
+
 # ----------------------------------------------------------------------------- scalar helpers
 # 2^f = e^(f ln 2) on |f| <= 1/2: Taylor coefficients ln2^i / i!, i = 0..13 (truncation < 1e-17)
 _EXP2_C = tuple(math.log(2.0) ** i / math.factorial(i) for i in range(14))
@@ -271,14 +318,14 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
     inv_hl = 1.0 / half_life_ms
     w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
     # block scratch (L1-resident)
-    sem_b = np.empty(BLOCK)
-    tmp_b = np.empty(BLOCK)
-    emo_b = np.empty(BLOCK)
-    pv_b = np.empty(BLOCK)
-    sc_b = np.empty(BLOCK)
-    sh_b = np.empty(BLOCK)
-    nn_b = np.empty(BLOCK)
-    ok_b = np.empty(BLOCK, dtype=np.bool_)
+    sem_b = carray(_stack_f64(), BLOCK)
+    tmp_b = carray(_stack_f64(), BLOCK)
+    emo_b = carray(_stack_f64(), BLOCK)
+    pv_b = carray(_stack_f64(), BLOCK)
+    sc_b = carray(_stack_f64(), BLOCK)
+    sh_b = carray(_stack_f64(), BLOCK)
+    nn_b = carray(_stack_f64(), BLOCK)
+    ok_b = carray(_stack_bool(), BLOCK)
     q64 = np.empty(d)
     sh_v = np.empty(k)
     for gi in range(b):
@@ -310,6 +357,26 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
             m = min(BLOCK, n - b0)
             mpad = (m + 3) // 4 * 4
             s0 = lo + b0
+            # prefetch the next block's columns: they arrive while this block computes
+            nlo = s0 + m
+            nhi = lo + min(n, b0 + 2 * BLOCK)
+            if nhi > nlo:
+                _prefetch_span(ids, nlo, nhi)
+                _prefetch_span(status, nlo, nhi)
+                _prefetch_span(last_access_ms, nlo, nhi)
+                _prefetch_span(window_ms, nlo, nhi)
+                _prefetch_span(confidence, nlo, nhi)
+                _prefetch_span(has_tag, nlo, nhi)
+                _prefetch_span(p_tag, nlo, nhi)
+                _prefetch_span(up, nlo, nhi)
+                _prefetch_span(ua, nlo, nhi)
+                _prefetch_span(ud, nlo, nhi)
+                _prefetch_span(i0, nlo, nhi)
+                _prefetch_span(created_ms, nlo, nhi)
+                _prefetch_span(reactivated, nlo, nhi)
+                _prefetch_span(last_react_ms, nlo, nhi)
+                _prefetch_span(importance, nlo, nhi)
+                _prefetch_span(sal, nlo, nhi)
             # pass 1: semantic dot products (SIMD within each row, eight rows at a time)
             j = 0
             while j + 8 <= m:
@@ -325,10 +392,10 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                     for t in range(dm, d):
                         sem += np.float64(e[t]) * q64[t]
                     sem_b[j] = sem
-            # pass 2: eligibility and the other factors across the block, branch-free, in three
-            # loops of few arrays each (one loop over all columns needs more runtime alias checks
-            # than the vectoriser allows, and then runs scalar). Ineligible entries get score
-            # -inf and emotional factor and valence 0, so pass 3 needs no test for them.
+            # pass 2: eligibility and the other factors for the whole block, branch-free, one
+            # vectorised loop (the scratch is on the stack, so no runtime alias checks). An
+            # ineligible entry gets score -inf and emotional factor and valence 0, so pass 3
+            # needs no test for it.
             xid = ids[s0:s0 + m]
             xst = status[s0:s0 + m]
             xla = last_access_ms[s0:s0 + m]
@@ -336,14 +403,6 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
             xconf = confidence[s0:s0 + m]
             xtag = has_tag[s0:s0 + m]
             xp = p_tag[s0:s0 + m]
-            for j in range(m):
-                tg = xtag[j]
-                pv = np.float64(xp[j]) if tg else 0.0
-                ok = ((xid[j] >= 0) & (xst[j] != 3) & (np.float64(now_ms - xla[j]) < 2.0 * xwin[j])
-                      & (np.float64(xconf[j]) >= min_conf))
-                ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
-                ok_b[j] = ok
-                pv_b[j] = pv if ok else 0.0
             xup = up[s0:s0 + m]
             xua = ua[s0:s0 + m]
             xud = ud[s0:s0 + m]
@@ -351,7 +410,14 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
             xcr = created_ms[s0:s0 + m]
             xre = reactivated[s0:s0 + m]
             xlr = last_react_ms[s0:s0 + m]
+            ximp = importance[s0:s0 + m]
+            xsal = sal[s0:s0 + m]
             for j in range(m):
+                tg = xtag[j]
+                pv = np.float64(xp[j]) if tg else 0.0
+                age = np.float64(now_ms - xla[j])
+                ok = (xid[j] >= 0) & (xst[j] != 3) & (age < 2.0 * xwin[j]) & (np.float64(xconf[j]) >= min_conf)
+                ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
                 pc = ((xup[j] * cp + xua[j] * ca + xud[j] * cd) + 1.0) / 2.0
                 if charge_fading:
                     i0j = np.float64(xi0[j])
@@ -360,19 +426,16 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                     inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
                     ch = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
                     pc = 0.5 + (pc - 0.5) * ch
-                pc = pc if xtag[j] else 0.5
-                emo_b[j] = pc if ok_b[j] else 0.0
-            ximp = importance[s0:s0 + m]
-            for j in range(m):
-                tmp = exp2(np.float64(now_ms - xla[j]) * lg2_per_ms)
+                emo = pc if tg else 0.5
+                tmp = exp2(age * lg2_per_ms)
+                score = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
+                ok_b[j] = ok
+                pv_b[j] = pv if ok else 0.0
+                emo_b[j] = emo if ok else 0.0
                 tmp_b[j] = tmp
-                score = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo_b[j]
-                sc_b[j] = score if ok_b[j] else -np.inf
-            xsal = sal[s0:s0 + m]
-            for j in range(m):
-                score = sc_b[j]
-                sh_b[j] = score * (1.0 + np.float64(xsal[j]) * sal_cap) if ok_b[j] else -np.inf
-                nn_b[j] = score if pv_b[j] >= 0.0 else -np.inf
+                sc_b[j] = score if ok else -np.inf
+                sh_b[j] = score * (1.0 + np.float64(xsal[j]) * sal_cap) if ok else -np.inf
+                nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
             # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
             for j in range(m, mpad):
                 emo_b[j] = 0.0

@@ -102,9 +102,11 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     emb, topics = emb[keep], topics[keep]
     c = {k: v[keep] for k, v in c.items()}
     sc = {k: v[keep] for k, v in sc.items()}
-    conf = np.clip(c["source_conf"] * arousal_factor_batch(c["a"]), 0.0, 1.0)
+    conf = np.clip(c["source_conf"] * arousal_factor_batch(c["a"], cfg.arousal.encoding_peak, cfg.arousal.encoding_width),
+                   0.0, 1.0)
     conf = np.where(c["has_tag"], conf, c["source_conf"])
-    att = np.select([c["d"] > 0.2, c["d"] < -0.2], [1, 2], 0).astype(np.int8)
+    thr = cfg.arousal.attribution_dominance
+    att = np.select([c["d"] > thr, c["d"] < -thr], [1, 2], 0).astype(np.int8)
     att = np.where(c["force_internal"], 1, att).astype(np.int8)
     topic_codes = np.array([topic_code(t) for t in topics], dtype=np.int32)
     values = {

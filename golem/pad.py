@@ -50,9 +50,9 @@ def intensity(pad: PAD) -> float:
     return norm(pad) / math.sqrt(3.0)
 
 
-def arousal_encoding_factor(arousal: float) -> float:
+def arousal_encoding_factor(arousal: float, peak: float = 0.3, width: float = 0.6) -> float:
     """Inverted-U of encoding strength over arousal (peak at 0.3); scales initial confidence."""
-    return math.exp(-((arousal - 0.3) ** 2) / (2.0 * 0.6**2))
+    return math.exp(-((arousal - peak) ** 2) / (2.0 * width**2))
 
 
 def arousal_band(arousal: float) -> str:
@@ -139,11 +139,11 @@ def appraise(prev: PAD, stimulus: PAD, baseline: PAD = (0.0, 0.0, 0.0),
     )
 
 
-def attribution(dominance: float) -> str:
+def attribution(dominance: float, threshold: float = 0.2) -> str:
     """internal if D > 0.2, external if D < -0.2, else mixed (SPEC §3.1)."""
-    if dominance > 0.2:
+    if dominance > threshold:
         return "internal"
-    if dominance < -0.2:
+    if dominance < -threshold:
         return "external"
     return "mixed"
 
