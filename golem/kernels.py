@@ -188,32 +188,6 @@ def _fma(typingctx, a, b, c):
     return types.float64(types.float64, types.float64, types.float64), codegen
 
 
-@intrinsic
-def _prefetch(typingctx, arr, idx):
-    """Hint the CPU to start loading the cache line holding arr[idx] (no fault if out of range)."""
-    if not isinstance(arr, types.Array):
-        return None
-
-    def codegen(context, builder, signature, args):
-        a = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(8).as_pointer())
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
-            "llvm.prefetch.p0")
-        builder.call(fn, [ptr, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, types.intp), codegen
-
-
-@njit(cache=True, inline="always")
-def _prefetch_span(arr, lo, hi):
-    """Prefetch arr[lo:hi] (a 1-D contiguous column), one hint per 64-byte line."""
-    step = max(1, 64 // arr.itemsize)
-    for i in range(lo, hi, step):
-        _prefetch(arr, i)
-
-
 def _stack_block(dtype):
     """An intrinsic returning a pointer to BLOCK elements of `dtype` on the kernel's stack.
 
@@ -357,26 +331,6 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
             m = min(BLOCK, n - b0)
             mpad = (m + 3) // 4 * 4
             s0 = lo + b0
-            # prefetch the next block's columns: they arrive while this block computes
-            nlo = s0 + m
-            nhi = lo + min(n, b0 + 2 * BLOCK)
-            if nhi > nlo:
-                _prefetch_span(ids, nlo, nhi)
-                _prefetch_span(status, nlo, nhi)
-                _prefetch_span(last_access_ms, nlo, nhi)
-                _prefetch_span(window_ms, nlo, nhi)
-                _prefetch_span(confidence, nlo, nhi)
-                _prefetch_span(has_tag, nlo, nhi)
-                _prefetch_span(p_tag, nlo, nhi)
-                _prefetch_span(up, nlo, nhi)
-                _prefetch_span(ua, nlo, nhi)
-                _prefetch_span(ud, nlo, nhi)
-                _prefetch_span(i0, nlo, nhi)
-                _prefetch_span(created_ms, nlo, nhi)
-                _prefetch_span(reactivated, nlo, nhi)
-                _prefetch_span(last_react_ms, nlo, nhi)
-                _prefetch_span(importance, nlo, nhi)
-                _prefetch_span(sal, nlo, nhi)
             # pass 1: semantic dot products (SIMD within each row, eight rows at a time)
             j = 0
             while j + 8 <= m:

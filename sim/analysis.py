@@ -35,8 +35,18 @@ def _is_run(p: Path) -> bool:
     return (p / "manifest.json").exists() or (p / "heartbeats").is_dir()
 
 
+def _nested_runs(p: Path) -> list[Path]:
+    """Run directories at any depth below `p`, sorted; a sweep nests them as
+    runs/<scenario>/<combination>/seed=<n>/. Does not look inside a run directory."""
+    out: list[Path] = []
+    for q in sorted(q for q in p.iterdir() if q.is_dir()):
+        out.extend([q] if _is_run(q) else _nested_runs(q))
+    return out
+
+
 def run_dirs(runs: RunLike) -> list[Path]:
-    """Resolve `runs` to run directories: a run, a sweep folder of runs, or a list of either."""
+    """Resolve `runs` to run directories: a run, a folder of runs (at any depth, e.g. a sweep
+    directory), or a list of either."""
     items = [runs] if isinstance(runs, (str, Path)) else list(runs)
     out: list[Path] = []
     for item in items:
@@ -44,7 +54,7 @@ def run_dirs(runs: RunLike) -> list[Path]:
         if _is_run(p):
             out.append(p)
         elif p.is_dir():
-            subs = sorted(q for q in p.iterdir() if q.is_dir() and _is_run(q))
+            subs = _nested_runs(p)
             if not subs:
                 raise FileNotFoundError(f"{p}: neither a run directory nor a folder of runs")
             out.extend(subs)

@@ -1,9 +1,10 @@
 """Checkpoints and resume (SPEC §13: a run killed mid-way resumes to the same result).
 
 At every periodic recorder flush the world saves its whole state to `RUN/checkpoint/`:
-Population arrays, the Grimoire's used slots (columns, embeddings, reflex phrases and links),
-ndarray state the Mind keeps itself (or `Mind.checkpoint_state()` when it has one), the world's
-counters (event sequence, market step, stats, recorder part index), and the SimPy queue: the
+Population arrays; the Grimoire's used slots (columns, embeddings, fingerprints) and its small
+dicts and scalars (recall_when, links, phrases, next_id); the Mind's own arrays, dicts and scalars
+(topic names, gas level; or `Mind.checkpoint_state()` when it has one); the tape; the world's
+counters (event sequence, market step, stats, recorder part index); and the SimPy queue: the
 next wake-up of the market, of each heartbeat cohort and of the flusher, and every Clade push
 still in flight (receiver, due time, the captured entry).
 
@@ -38,7 +39,7 @@ from sim.market import MarketEvent, Tape
 from sim.recorder import TABLES, Recorder, atomic_write_json
 from sim.scenario import InputError
 
-FORMAT = 1
+FORMAT = 2
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 
@@ -60,18 +61,45 @@ def _mind_state(mind) -> dict[str, np.ndarray]:
     return {k: v for k, v in vars(mind).items() if isinstance(v, np.ndarray)}
 
 
-def _mind_json(mind) -> dict:
-    """Small dicts the Mind keeps besides arrays (e.g. topic code -> name), as [key, value] pairs.
-    Rows written outside a tick (pending_entries) are always emitted by the tick that made them,
-    so at a flush there are none; if there were, the checkpoint would be wrong, so refuse."""
+_SCALARS = (bool, int, float, str)
+
+
+def _plain_dicts_and_scalars(obj, skip=()) -> dict:
+    """An object's small mutable state as JSON: scalars, and dicts whose keys are ints/strs and
+    whose values are scalars or tuples of scalars (Grimoire recall_when/links/phrases, the Mind's
+    topic names, its gas level, ...). Generic on purpose, so state added to the mind later is
+    checkpointed without touching this module; static values are restored to what they were."""
     out = {}
-    for k, v in vars(mind).items():
-        if isinstance(v, dict) and all(isinstance(x, (int, str)) and isinstance(y, (int, float, str, bool))
-                                       for x, y in v.items()):
-            out[k] = [[x, y] for x, y in v.items()]
+    for k, v in vars(obj).items():
+        if k in skip or k.startswith("_"):
+            continue
+        if isinstance(v, _SCALARS):
+            out[k] = {"scalar": v}
+        elif isinstance(v, dict) and all(
+                isinstance(x, (int, str)) and (isinstance(y, _SCALARS) or (isinstance(y, (tuple, list)) and
+                                                                        all(isinstance(z, _SCALARS) for z in y)))
+                for x, y in v.items()):
+            out[k] = {"pairs": [[x, list(y) if isinstance(y, (tuple, list)) else y,
+                                 isinstance(y, (tuple, list))] for x, y in v.items()]}
+    return out
+
+
+def _restore_plain(obj, state: dict) -> None:
+    for k, v in state.items():
+        if "scalar" in v:
+            setattr(obj, k, v["scalar"])
+        else:
+            d = getattr(obj, k)
+            d.clear()
+            d.update((x, tuple(y) if is_seq else y) for x, y, is_seq in v["pairs"])
+
+
+def _mind_json(mind) -> dict:
+    """Rows written outside a tick (pending_entries) are always emitted by the tick that made them,
+    so at a flush there are none; if there were, the checkpoint would be wrong, so refuse."""
     if getattr(mind, "pending_entries", None):
         raise CheckpointError("cannot checkpoint: the Mind holds entries not yet emitted")
-    return out
+    return _plain_dicts_and_scalars(mind)
 
 
 def _pending(world) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
@@ -114,9 +142,16 @@ def save(world, ckdir: Path) -> Path:
             arrays[f"pop/{k}"] = v
     full = bool((gr.count == gr.capacity).all())
     used = None if full else _used_slots(gr)
-    for k, col in gr.cols.items():    # lazily: a big arena is copied one column at a time, if at all
-        arrays[f"gr/{k}"] = (lambda c=col: c) if full else (lambda c=col: c[used])
-    arrays["gr/emb"] = (lambda: gr.emb) if full else (lambda: gr.emb[used])
+    n_slots = gr.n_golems * gr.capacity
+    # per-slot arrays (columns, embeddings, HDC fingerprints...) keep only the used slots, lazily:
+    # a big arena is copied one array at a time, if at all; other arrays (count) whole
+    slot_arrays = {f"gr/{k}": col for k, col in gr.cols.items()}
+    slot_arrays.update({f"gr.{k}": v for k, v in vars(gr).items() if isinstance(v, np.ndarray)})
+    for k, v in slot_arrays.items():
+        if v.shape[:1] == (n_slots,):
+            arrays[k] = (lambda c=v: c) if full else (lambda c=v: c[used])
+        else:
+            arrays[k] = v
     arrays["gr/count"] = gr.count
     for k, v in _mind_state(world.mind).items():
         arrays[f"mind/{k}"] = v
@@ -133,9 +168,8 @@ def save(world, ckdir: Path) -> Path:
     size = _write_npz(ckdir / f"{name}.npz", arrays)
     meta = {
         "format": FORMAT, "now_s": world.env.now, "part": part, "event_seq": world.event_seq,
-        "market_step": world.market_step, "stats": asdict(world.stats), "next_id": gr.next_id,
-        "recall_when": [[int(k), list(v)] for k, v in sorted(gr.recall_when.items())],
-        "links": [[int(k), [int(x) for x in v]] for k, v in sorted(gr.links.items())],
+        "market_step": world.market_step, "stats": asdict(world.stats),
+        "grimoire": _plain_dicts_and_scalars(gr),
         "pending": pending, "entries": entries, "arrays": f"{name}.npz", "mind": _mind_json(world.mind),
         "tape": {"bar_ms": int(tape.bar_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
                  "regime_names": list(tape.regime_names), "events": [asdict(e) for e in tape.events]},
@@ -215,28 +249,28 @@ class Checkpoint:
         for k, v in a.items():
             if k.startswith("pop/"):
                 setattr(pop, k[4:], v.copy())
-        gr.count[:] = a["gr/count"]
+        gr.count[:] = a["gr.count"]
         used = _used_slots(gr)
+        n_slots = gr.n_golems * gr.capacity
+        pristine = gm.Grimoire(1, 1, gr.dim)       # a fresh slot's values, as __post_init__ sets them
         for k, col in gr.cols.items():
-            col[:] = gm._RESET.get(k, 0)
+            col[:] = pristine.cols[k][0]
             col[used] = a[f"gr/{k}"]
-        gr.emb[:] = 0
-        gr.emb[used] = a["gr/emb"]
-        gr.next_id = int(m["next_id"])
-        gr.recall_when.clear()
-        gr.recall_when.update({int(k): tuple(v) for k, v in m["recall_when"]})
-        gr.links.clear()
-        gr.links.update({int(k): tuple(v) for k, v in m["links"]})
+        for k, v in vars(gr).items():
+            if isinstance(v, np.ndarray) and k != "count":
+                if v.shape[:1] == (n_slots,):
+                    v[:] = 0
+                    v[used] = a[f"gr.{k}"]
+                else:
+                    v[...] = a[f"gr.{k}"]
+        _restore_plain(gr, m["grimoire"])
         mind_arrays = {k[5:]: v.copy() for k, v in a.items() if k.startswith("mind/")}
         if hasattr(world.mind, "restore_state"):
             world.mind.restore_state(mind_arrays)
         else:
             for k, v in mind_arrays.items():
                 setattr(world.mind, k, v)
-        for k, pairs in m.get("mind", {}).items():
-            d = getattr(world.mind, k)
-            d.clear()
-            d.update((x, y) for x, y in pairs)
+        _restore_plain(world.mind, m["mind"])
         world.event_seq = int(m["event_seq"])
         world.market_step = int(m["market_step"])
         world.stats = Stats(**m["stats"])

@@ -169,6 +169,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
            quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
     """Verify a run (re-execute from its manifest and recorded tape) or run a counterfactual with --set."""
     from sim import replay as rp
+    target = None
     try:
         if set_ and verify:
             raise InputError("--verify and --set: a verification replays the run unchanged; expected one of them")
@@ -187,6 +188,8 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
     except InputError as exc:
         fail(str(exc))
     except RunInterrupted as exc:
+        if target is None:
+            fail("verification interrupted; nothing was written to the run", 128 + exc.signum)
         _interrupted(target, exc.signum)
     if not quiet:
         out.print(summary_table(res.manifest, res.world))
@@ -292,6 +295,45 @@ def import_tape_cmd(
            f"{iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
            f"{n_events:,} events detected with the default thresholds")
     out.print(msg, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, grid / override_sets, seeds, sets)"),
+          out_dir: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default runs/sweep-<file>); "
+                                                                     "re-running into it reuses finished runs"),
+          dask_local: Optional[int] = typer.Option(None, "--dask-local", help="run on a local Dask cluster of N "
+                                                                              "one-thread worker processes"),
+          scheduler: Optional[str] = typer.Option(None, "--scheduler", help="submit to a running Dask scheduler "
+                                                                            "(tcp://host:port)"),
+          workers: Optional[int] = typer.Option(None, "--workers", help="local process pool size (default: CPUs)"),
+          set_: list[str] = typer.Option([], "--set", help="key=value for every run (e.g. duration=1d)"),
+          seeds: Optional[str] = typer.Option(None, "--seeds", help="replace the file's seeds: 1,2,3 or start:stop"),
+          quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+    """Run a scenario x parameter x seed sweep: a run directory per run and a Parquet summary.
+
+    Exit status: 0 all runs ok, 1 some runs failed (see the summary's error column), 2 bad input,
+    130 interrupted (finished runs kept and summarised; the same command continues the sweep)."""
+    from sim import sweep as sw
+    try:
+        ex = sw.make_executor(workers=workers, dask_local=dask_local, scheduler=scheduler)
+        with sw.RichProgress(err, disable=quiet) as progress:
+            res = sw.run_sweep(sweep_file, out_dir, executor=ex, sets=set_,
+                               seeds=sw.parse_seeds(seeds) if seeds else None, on_progress=progress)
+    except InputError as exc:
+        fail(str(exc))
+    except sw.SweepInterrupted as exc:
+        r = exc.result
+        fail(f"interrupted: {len(r.rows)} of {r.planned} runs finished and summarised in {r.out / 'summary'}; "
+             "run the same command again to continue", 130)
+    except KeyboardInterrupt:
+        fail("interrupted before any run started", 130)
+    if not quiet:
+        out.print(sw.summary_table(res))
+    out.print(f"{res.planned} runs: {res.ok} ok ({res.reused} reused), {res.failed} failed, in {res.wall_s:.1f} s "
+              f"on {res.executor or 'no executor (nothing to run)'}; summary: {res.out / 'summary'}",
+              highlight=False, soft_wrap=True)
+    if res.failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:  # pragma: no cover - console entry

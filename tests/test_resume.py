@@ -19,12 +19,17 @@ from sim.recorder import TABLES, content_hashes
 from sim.run import execute
 
 # Clade "a" delivers exactly one heartbeat later (same-time ties with its own ticks); Clade "b"
-# is slow, so pushes are still in flight across flushes; two cadences interleave.
+# is slow, so pushes are still in flight across flushes; two cadences interleave. High probes
+# force flashbulbs (and so Clade pushes) whatever the calibration of the mind.
 SCEN = """name: resumable
 duration: 2d
 seed: 5
 overrides:
   recording.flush_every_s: 3600
+market:
+  events:
+    - {kind: flash_crash, at: 10h, asset: BTC, duration: 1h, severity: high, impact: -0.10}
+    - {kind: exploit, at: 30h, asset: ETH, duration: 1h, severity: high, impact: -0.05}
 clades:
   - {name: a, latency: 300s, jitter: 0}
   - {name: b, latency: 3h, jitter: 1h}

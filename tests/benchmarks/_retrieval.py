@@ -1,0 +1,335 @@
+"""Shared pieces of the retrieval benchmarks (imported by test_bench_retrieval.py and report.py).
+
+Everything here computes the same thing from the same arena: for each queried Golem, the SPEC §4.1
+four-factor score of every eligible entry of its slab, the served top-k, the salience shadow
+top-k (§4.2), and the pool statistics of §13 (n eligible, sum of emotional factors, sum of
+valences, best non-negative entry). Three ways:
+
+- `kernel`: the engine (`golem.retrieval.retrieve`, float64-exact, one fused numba pass);
+- `Idiomatic`: numpy as one would first write it (matmul, elementwise factors in float64,
+  `argpartition`), no precomputation beyond what the arena stores (unit embeddings, unit PAD);
+- `Tuned`: numpy as one would write it for speed: float32 throughout, `out=` buffers reused,
+  every term that does not depend on the query precomputed "at insert" (expiry time, the
+  temporal and charge exponents, the salience multiplier, the importance term, masks).
+
+and the floors: `Floor.sgemv` (the BLAS matrix-vector pass over the same embeddings, one per slab,
+batched for several Golems: `np.matmul` on the stacked slabs), `Floor.full_mm` (one BLAS
+matrix-matrix product of every query with every entry of the arena) and `stream_read` (a plain
+numba read of every word of the embedding block, the memory-bandwidth ceiling).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # DESIGN: BLAS threads fight numba's on 2 cores
+
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
+
+from golem import retrieval as rt  # noqa: E402
+from golem.grimoire import ARCHIVED, DAY_MS, Grimoire  # noqa: E402
+
+HOUR_MS = 3_600_000.0
+NOW_MS = 40 * DAY_MS
+K = 8
+SIZES = (10_000, 100_000, 1_000_000)
+DIMS = (64, 384)
+BATCH = 32
+
+
+# ----------------------------------------------------------------------------- inputs
+def build_arena(n_golems: int, cap: int, dim: int, seed: int = 0, tagged: float = 0.7) -> Grimoire:
+    """A full arena of plausible entries (filled column-wise; same layout as Grimoire.insert makes).
+
+    Mostly active entries, some stale/expired/archived, 70 % tagged with an emotional charge that
+    has partly faded, 30 % of those reactivated, unit embeddings.
+    """
+    rng = np.random.default_rng(seed)
+    gr = Grimoire(n_golems, cap, dim)
+    n = n_golems * cap
+    c = gr.cols
+    gr.count[:] = cap
+    chunk = 1 << 18
+    for lo in range(0, n, chunk):  # chunked: no (n, d) float64 temporary
+        e = rng.standard_normal((min(chunk, n - lo), dim), dtype=np.float32)
+        e /= np.linalg.norm(e, axis=1, keepdims=True)
+        gr.emb[lo:lo + e.shape[0]] = e
+    c["id"][:] = np.arange(n)
+    c["created_ms"][:] = NOW_MS - rng.integers(0, 30 * DAY_MS, n)
+    c["last_access_ms"][:] = NOW_MS - rng.integers(0, 10 * DAY_MS, n)
+    c["window_ms"][:] = rng.uniform(3, 60, n) * DAY_MS
+    c["status"][:] = rng.choice(np.array([0, 1, ARCHIVED], dtype=np.int8), n, p=[0.85, 0.12, 0.03])
+    c["importance"][:] = rng.uniform(0, 1, n)
+    c["salience"][:] = rng.uniform(0, 1, n)
+    c["confidence"][:] = rng.uniform(0.2, 1, n)
+    tag = rng.uniform(size=n) < tagged
+    c["has_tag"][:] = tag
+    for k in "pad":
+        c[k][:] = np.where(tag, rng.uniform(-1, 1, n), 0.0)
+    c["i0"][:] = np.where(tag, rng.uniform(0.05, 1, n), 0.0)
+    c["reactivated"][:] = tag & (rng.uniform(size=n) < 0.3)
+    c["last_react_ms"][:] = np.where(c["reactivated"], NOW_MS - rng.integers(0, 5 * DAY_MS, n), -1)
+    gr._stamp_unit_pad(np.arange(n))
+    return gr
+
+
+def make_queries(b: int, dim: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, dim)).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    pad = rng.uniform(-1, 1, (b, 3))
+    return q, pad
+
+
+# ----------------------------------------------------------------------------- the engine
+def kernel(gr: Grimoire, golems: np.ndarray, q: np.ndarray, pad: np.ndarray, now: int, prm) -> rt.RetrievalResult:
+    return rt.retrieve(gr, golems, q, pad, now, prm)
+
+
+# ----------------------------------------------------------------------------- idiomatic numpy
+class Idiomatic:
+    """First-draft numpy: a loop over Golems, vectorised over each slab, float64, fresh arrays."""
+
+    def __init__(self, gr: Grimoire, prm):
+        self.gr, self.prm = gr, prm
+
+    def __call__(self, golems, q, pad, now, min_conf: float = 0.0):
+        gr, prm = self.gr, self.prm
+        c = gr.cols
+        b = len(golems)
+        slots = np.full((b, K), -1, np.int64)
+        shadow = np.full((b, K), -1, np.int64)
+        pool = np.zeros((b, 5))
+        w = prm.weights
+        hl = prm.half_life_days * DAY_MS
+        for i, g in enumerate(golems):
+            sl = gr.slab(int(g))
+            lo = sl.start
+            sem = gr.emb[sl] @ q[i]
+            age = now - c["last_access_ms"][sl]
+            elig = ((c["id"][sl] >= 0) & (c["status"][sl] != ARCHIVED) & (age < 2.0 * c["window_ms"][sl])
+                    & (c["confidence"][sl] >= min_conf))
+            tmp = prm.temporal_base ** (age / HOUR_MS)
+            cur = pad[i] / max(np.linalg.norm(pad[i]), 1e-8)
+            pc = (c["up"][sl] * cur[0] + c["ua"][sl] * cur[1] + c["ud"][sl] * cur[2] + 1.0) / 2.0
+            i0 = c["i0"][sl].astype(np.float64)
+            base = i0 * 2.0 ** (-(now - c["created_ms"][sl]) / hl)
+            lr = c["last_react_ms"][sl]
+            boost = np.where(c["reactivated"][sl] & (lr >= 0), prm.reactivation_boost * 2.0 ** (-(now - lr) / hl), 0.0)
+            charge = np.clip(np.minimum(1.0, base + boost) / np.maximum(i0, 1e-8), 0.0, 1.0)
+            emo = np.where(c["has_tag"][sl], 0.5 + (pc - 0.5) * charge if prm.charge_fading else pc, 0.5)
+            score = w[0] * sem + w[1] * tmp + w[2] * c["importance"][sl] + w[3] * emo
+            score = np.where(elig, score, -np.inf)
+            sh = score * (1.0 + c["salience"][sl] * prm.salience_cap)
+            served = sh if prm.live else score
+            slots[i] = lo + _topk(served)
+            shadow[i] = lo + _topk(sh)
+            pv = np.where(c["has_tag"][sl], c["p"][sl], 0.0)
+            nn = np.where(elig & (pv >= 0), score, -np.inf)
+            best = int(np.argmax(nn))
+            pool[i] = (elig.sum(), emo[elig].sum(), pv[elig].sum(), lo + best if nn[best] > -np.inf else -1, nn[best])
+        return slots, shadow, pool
+
+
+def _topk(score: np.ndarray) -> np.ndarray:
+    """Indices of the k best, best first, ties by lower index (argpartition, then a small sort)."""
+    idx = np.argpartition(score, -K)[-K:]
+    return idx[np.lexsort((idx, -score[idx]))]
+
+
+# ----------------------------------------------------------------------------- tuned numpy
+class Tuned:
+    """numpy written for speed: float32, out= buffers, query-independent terms precomputed at insert.
+
+    Precomputed per entry (what a numpy engine would keep up to date at insert/touch time): alive
+    (id valid, not archived), expiry time, the temporal exponent ln(base)/h * last_access, the
+    charge exponents created/half-life and last_react/half-life and the reactivation gain rb/i0,
+    the importance term w2*importance + w3/2, the salience multiplier 1 + cap*salience, the
+    valence and the non-negative mask. Per query: one sgemv per slab (one batched np.matmul for
+    several Golems), ~20 elementwise passes into reused buffers, argpartition per Golem.
+    """
+
+    def __init__(self, gr: Grimoire, prm, epoch_ms: int = 0):
+        c = gr.cols
+        self.gr, self.prm, self.epoch = gr, prm, epoch_ms
+        w = prm.weights
+        hl = prm.half_life_days * DAY_MS
+        f32 = np.float32
+        self.lnb_h = math.log(prm.temporal_base) / HOUR_MS
+        self.alive = (c["id"] >= 0) & (c["status"] != ARCHIVED)
+        self.expire = c["last_access_ms"] + 2.0 * c["window_ms"]
+        self.la_k = ((c["last_access_ms"] - epoch_ms) * self.lnb_h).astype(f32)
+        self.cr_h = ((c["created_ms"] - epoch_ms) / hl).astype(f32)
+        react = c["reactivated"] & (c["last_react_ms"] >= 0)
+        self.lr_h = np.where(react, (c["last_react_ms"] - epoch_ms) / hl, -1e4).astype(f32)
+        self.gain = np.where(react, prm.reactivation_boost / np.maximum(c["i0"], 1e-8), 0.0).astype(f32)
+        self.up, self.ua, self.ud = (c[k].astype(f32) for k in ("up", "ua", "ud"))
+        self.impw = (w[2] * c["importance"].astype(np.float64) + w[3] * 0.5).astype(f32)
+        self.salm = (1.0 + prm.salience_cap * c["salience"].astype(np.float64)).astype(f32)
+        self.pv = np.where(c["has_tag"], c["p"], 0.0).astype(f32)
+        self.neg = self.pv < 0
+        self.conf = c["confidence"]
+        n = gr.n_golems * gr.capacity
+        self.buf = {k: np.empty(n, f32) for k in ("sem", "t1", "t2", "t3", "sc", "sh", "eligf")}
+        self.elig = np.empty(n, bool)
+        self.nelig = np.empty(n, bool)
+
+    def __call__(self, golems, q, pad, now, min_conf: float = 0.0):
+        """Score Golems `golems` (consecutive ids whose slabs tile [lo, hi)) against their queries."""
+        gr, prm, B = self.gr, self.prm, self.buf
+        w = prm.weights
+        b = len(golems)
+        cap = gr.capacity
+        lo, hi = int(golems[0]) * cap, (int(golems[-1]) + 1) * cap
+        assert hi - lo == b * cap, "Tuned scores whole consecutive slabs"
+        sl = slice(lo, hi)
+        f32 = np.float32
+        sem, t1, t2, t3, sc, sh, eligf = (B[k][sl] for k in ("sem", "t1", "t2", "t3", "sc", "sh", "eligf"))
+        elig, nelig = self.elig[sl], self.nelig[sl]
+        E = gr.emb[sl].reshape(b, cap, gr.dim)
+        if b == 1:
+            np.matmul(E[0], q[0], out=sem)
+        else:
+            np.matmul(E, q[:, :, None], out=sem.reshape(b, cap, 1))
+        np.greater(self.expire[sl], now, out=elig)
+        np.logical_and(elig, self.alive[sl], out=elig)
+        if min_conf > 0:
+            np.logical_and(elig, self.conf[sl] >= min_conf, out=elig)
+        # temporal: exp(ln(base)/h * (now - last_access))
+        np.subtract(f32((now - self.epoch) * self.lnb_h), self.la_k[sl], out=t1)
+        np.exp(t1, out=t1)
+        # charge: min(1, 2^((created - now)/hl) + gain * 2^((last_react - now)/hl))
+        now_h = f32((now - self.epoch) / (prm.half_life_days * DAY_MS))
+        np.subtract(self.cr_h[sl], now_h, out=t2)
+        np.exp2(t2, out=t2)
+        np.subtract(self.lr_h[sl], now_h, out=t3)
+        np.exp2(t3, out=t3)
+        np.multiply(t3, self.gain[sl], out=t3)
+        np.add(t2, t3, out=t2)
+        np.minimum(t2, f32(1.0), out=t2)
+        # (w3/2) * cos(tag, pad) * charge, per Golem's PAD (broadcast over its slab)
+        cur = pad / np.maximum(np.linalg.norm(pad, axis=1, keepdims=True), 1e-8) * (w[3] / 2.0)
+        cp, ca, cd = (cur[:, j].astype(f32)[:, None] for j in range(3))
+        t3b, shb = t3.reshape(b, cap), sh.reshape(b, cap)
+        np.multiply(self.up[sl].reshape(b, cap), cp, out=t3b)
+        np.multiply(self.ua[sl].reshape(b, cap), ca, out=shb)
+        np.add(t3b, shb, out=t3b)
+        np.multiply(self.ud[sl].reshape(b, cap), cd, out=shb)
+        np.add(t3b, shb, out=t3b)
+        if prm.charge_fading:
+            np.multiply(t3, t2, out=t3)          # t3 = emotional term minus its neutral part
+        # score = w0 sem + w1 temporal + (w2 importance + w3/2) + emotional term
+        np.multiply(sem, f32(w[0]), out=sc)
+        np.multiply(t1, f32(w[1]), out=t1)
+        np.add(sc, t1, out=sc)
+        np.add(sc, self.impw[sl], out=sc)
+        np.add(sc, t3, out=sc)
+        np.logical_not(elig, out=nelig)
+        np.copyto(sc, f32(-np.inf), where=nelig)
+        np.multiply(sc, self.salm[sl], out=sh)
+        served = sh if prm.live else sc
+        sc2, sh2, sv2 = sc.reshape(b, cap), sh.reshape(b, cap), served.reshape(b, cap)
+        slots = np.empty((b, K), np.int64)
+        shadow = np.empty((b, K), np.int64)
+        for i in range(b):
+            base = lo + i * cap
+            slots[i] = base + _topk(sv2[i])
+            shadow[i] = base + _topk(sh2[i])
+        # pool statistics
+        np.copyto(eligf, elig)
+        pool = np.zeros((b, 5))
+        el2, ef2, t32, pv2 = elig.reshape(b, cap), eligf.reshape(b, cap), t3.reshape(b, cap), self.pv[sl].reshape(b, cap)
+        pool[:, 0] = np.count_nonzero(el2, axis=1)
+        pool[:, 1] = 0.5 * pool[:, 0] + np.einsum("ij,ij->i", t32, ef2) / w[3]
+        pool[:, 2] = np.einsum("ij,ij->i", pv2, ef2)
+        np.copyto(t1, sc)
+        np.copyto(t1, f32(-np.inf), where=self.neg[sl])
+        t12 = t1.reshape(b, cap)
+        best = np.argmax(t12, axis=1)
+        pool[:, 4] = t12[np.arange(b), best]
+        pool[:, 3] = np.where(pool[:, 4] > -np.inf, lo + np.arange(b) * cap + best, -1)
+        return slots, shadow, pool
+
+
+# ----------------------------------------------------------------------------- floors
+class Floor:
+    """What any retrieval must at least do: read every embedding of the queried slabs once."""
+
+    def __init__(self, gr: Grimoire, b: int):
+        self.gr = gr
+        self.out = np.empty(gr.n_golems * gr.capacity, np.float32)
+        self.full = None
+
+    def sgemv(self, golems, q):
+        """One BLAS matrix-vector product per slab (np.matmul on the stacked slabs for a batch)."""
+        gr = self.gr
+        cap, b = gr.capacity, len(golems)
+        lo = int(golems[0]) * cap
+        E = gr.emb[lo:lo + b * cap]
+        if b == 1:
+            return np.matmul(E, q[0], out=self.out[:cap])
+        return np.matmul(E.reshape(b, cap, gr.dim), q[:, :, None], out=self.out[:b * cap].reshape(b, cap, 1))
+
+    def full_mm(self, golems, q):
+        """One BLAS matrix-matrix product of all queries with all entries of the slabs (b x n)."""
+        gr = self.gr
+        cap, b = gr.capacity, len(golems)
+        lo = int(golems[0]) * cap
+        if self.full is None or self.full.shape != (b * cap, b):
+            self.full = np.empty((b * cap, b), np.float32)
+        return np.matmul(gr.emb[lo:lo + b * cap], q.T, out=self.full)
+
+
+@njit(cache=True)
+def _stream_u64(a):
+    acc = np.uint64(0)
+    for i in range(a.size):
+        acc ^= a[i]
+    return acc
+
+
+def stream_read(gr: Grimoire, golems=None) -> int:
+    """Plain read of every 8-byte word of the embedding block (xor-reduce): the bandwidth ceiling."""
+    if golems is None:
+        flat = gr.emb.reshape(-1)
+    else:
+        cap = gr.capacity
+        lo = int(golems[0]) * cap
+        flat = gr.emb[lo:lo + len(golems) * cap].reshape(-1)
+    return int(_stream_u64(flat.view(np.uint64)))
+
+
+# ----------------------------------------------------------------------------- checks and timing
+def same_results(res: rt.RetrievalResult, other, *, tol_pool: float = 1e-3) -> None:
+    """The served top-k, the shadow top-k and the pool statistics of a peer match the kernel's."""
+    slots, shadow, pool = other
+    assert np.array_equal(res.slots, slots), (res.slots, slots)
+    assert np.array_equal(res.shadow, shadow), (res.shadow, shadow)
+    assert np.array_equal(res.pool[:, 0], pool[:, 0])
+    scale = np.maximum(res.pool[:, :1], 1.0)  # sums of n terms in [-1, 1]: compare per term
+    assert np.all(np.abs(res.pool[:, 1:3] - pool[:, 1:3]) <= tol_pool * scale), (res.pool, pool)
+    assert np.array_equal(res.pool[:, 3], pool[:, 3])
+
+
+def alternate(fns: dict, rounds: int = 9, min_time: float = 0.0, stat: str = "min",
+              clock=time.thread_time) -> dict[str, float]:
+    """Seconds per call of each callable, measured round-robin (the host's bandwidth flips between
+    modes, so a ratio is only meaningful between measurements taken side by side). `stat` is
+    "min" (the least disturbed round) or "median". The default clock is this thread's CPU time:
+    everything measured is single-threaded, and CPU time does not count the time other processes
+    on a shared machine take the core (pass clock=time.perf_counter for wall time)."""
+    for f in fns.values():
+        f()
+    times = {k: [] for k in fns}
+    r = 0
+    t_start = time.perf_counter()
+    while r < rounds or time.perf_counter() - t_start < min_time:
+        for k, f in fns.items():
+            t = clock()
+            f()
+            times[k].append(clock() - t)
+        r += 1
+    agg = np.min if stat == "min" else np.median
+    return {k: float(agg(v)) for k, v in times.items()}
