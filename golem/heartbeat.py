@@ -100,7 +100,9 @@ class Mind:
         hist = pop.ret_hist[ix[:, None], lag]
         cnt = valid.sum(axis=1)
         vol = np.sqrt((hist * hist * valid).sum(axis=1) / np.maximum(cnt, 1))
-        vol_ratio = np.where(cnt >= 2, vol / cfg.appraisal.reference_vol, 1.0)
+        # the reference is per 300 s tick; a Golem ticking every 2 h judges 2 h returns (sqrt-time scaling)
+        ref = cfg.appraisal.reference_vol * np.sqrt(pop.interval_s[ix] / cfg.appraisal.reference_interval_s)
+        vol_ratio = np.where(cnt >= 2, vol / ref, 1.0)
         regime = np.full(ix.size, obs.regime, dtype=np.int64)
         last_regime = pop.last_regime[ix]
         regime_shift = (last_regime >= 0) & (last_regime != obs.regime)

@@ -332,13 +332,8 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
             mpad = (m + 3) // 4 * 4
             s0 = lo + b0
             # pass 1: semantic dot products (SIMD within each row, eight rows at a time)
-            j = 0
-            while j + 8 <= m:
-                _dot_lanes_rows8(emb, s0 + j, q64, dm, sem_b, j)
-                j += 8
-            while j < m:
+            for j in range(m):
                 sem_b[j] = _dot_lanes_row(emb, s0 + j, q64, dm)
-                j += 1
             if dm < d:
                 for j in range(m):
                     e = emb[s0 + j]

@@ -31,6 +31,7 @@ class Population:
     trend_scale: np.ndarray | None = None   # per-Golem strategy parameters (individual differences)
     memory_weight: np.ndarray | None = None
     risk: np.ndarray | None = None          # scales the maximum exposure
+    interval_s: np.ndarray | None = None    # heartbeat cadence (volatility is judged per tick of it)
     golem_id: np.ndarray = field(init=False)
     pad: np.ndarray = field(init=False)            # (n, 3) float64
     cash: np.ndarray = field(init=False)
@@ -75,6 +76,7 @@ class Population:
         self.trend_scale = np.ones(n) if self.trend_scale is None else self.trend_scale
         self.memory_weight = np.ones(n) if self.memory_weight is None else self.memory_weight
         self.risk = np.ones(n) if self.risk is None else self.risk
+        self.interval_s = np.full(n, 300.0) if self.interval_s is None else self.interval_s
         self.golem_id = np.arange(n, dtype=np.int64)
         self.pad = np.array(self.baseline, dtype=np.float64, copy=True)
         self.cash = np.zeros(n)

@@ -145,7 +145,10 @@ class World:
             st = parse_duration(grp.start)
             keys.setdefault((float(iv), float(st)), []).extend(range(g, g + grp.count))
             g += grp.count
-        return [Cohort(iv, st, np.array(sorted(m), dtype=np.int64)) for (iv, st), m in sorted(keys.items())]
+        cohorts = [Cohort(iv, st, np.array(sorted(m), dtype=np.int64)) for (iv, st), m in sorted(keys.items())]
+        for c in cohorts:
+            self.pop.interval_s[c.members] = c.interval_s
+        return cohorts
 
     def _latencies(self) -> dict[int, tuple[float, float]]:
         out = {}
