@@ -269,10 +269,10 @@ class Mind:
             return t * mortality.PHASE_EXPOSURE[pop.phase[ix]]
         target = choose(mem)
         exposure_now = np.where(s["value"] > 0, pop.units[ix] * s["price"] / np.maximum(s["value"], 1e-12), 0.0)
-        trade_with = np.abs(target - exposure_now) >= dc.min_trade
+        trade_with = (np.abs(target - exposure_now) >= dc.min_trade) | ((target <= 1e-9) & (exposure_now > 1e-3))
         if pending.any():
             alt = choose(mem_without)
-            trade_without = np.abs(alt - exposure_now) >= dc.min_trade
+            trade_without = (np.abs(alt - exposure_now) >= dc.min_trade) | ((alt <= 1e-9) & (exposure_now > 1e-3))
             changed = pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
         else:
             changed = np.zeros(ix.size, dtype=bool)
@@ -313,7 +313,10 @@ class Mind:
         price = s["price"]
         exposure = np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0)
         dexp = dd["target"] - exposure
-        trade = (np.abs(dexp) >= cfg.decision.min_trade) & (value > 0)
+        # small changes are skipped (hysteresis against churn), but a full exit is never too small:
+        # otherwise a Golem that de-risked early is stuck with a residual position through a crash
+        full_exit = (dd["target"] <= 1e-9) & (exposure > 1e-3)
+        trade = ((np.abs(dexp) >= cfg.decision.min_trade) | full_exit) & (value > 0)
         u_fail = uniform(self.seed, ix, pop.tick[ix], 1)
         u_slip = uniform(self.seed, ix, pop.tick[ix], 2)
         gas_spike = obs.gas > 3.0 * obs.gas_ref
