@@ -248,7 +248,8 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
         best_score = np.inf
         for j in range(cap):
             s = base + j
-            protected = decay_class[s] == 3 or flashbulb[s] or sal[s] >= 0.7
+            # compare in float32, as numpy does on the column: a stored 0.7 (0.69999999) is protected
+            protected = decay_class[s] == 3 or flashbulb[s] or sal[s] >= np.float32(0.7)
             if protected:
                 continue
             score = importance[s] * confidence[s] * (1.0 + sal[s])

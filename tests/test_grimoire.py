@@ -136,3 +136,49 @@ def test_embeddings_are_unit_and_memory_per_entry_is_O_d():
         norms = np.linalg.norm(gr.emb[16:21], axis=1)
         assert np.allclose(norms, 1.0, atol=1e-6)
         assert gr.bytes_per_entry() <= 4 * d + 256
+
+
+def _reference_slots(golems, count, cap, imp, conf, sal, dclass, flash, status):
+    """The eviction rule written out plainly: free slot first, else the unprotected slot with the
+    lowest importance*confidence*(1+salience) (archived first, ties to the earlier slot)."""
+    count = count.copy()
+    dclass = dclass.copy()
+    out = []
+    for g in golems:
+        if count[g] < cap:
+            out.append(g * cap + count[g])
+            count[g] += 1
+            continue
+        best, best_score = -1, float("inf")
+        for s in range(g * cap, g * cap + cap):
+            if dclass[s] == gm.STRUCTURAL or flash[s] or sal[s] >= 0.7:
+                continue
+            score = -1.0 if status[s] == gm.ARCHIVED else float(imp[s]) * float(conf[s]) * (1.0 + float(sal[s]))
+            if score < best_score:
+                best, best_score = s, score
+        if best >= 0:
+            dclass[best] = gm.STRUCTURAL
+        out.append(best)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 3), st.integers(1, 6), st.integers(0, 12))
+def test_slot_picker_matches_the_reference(seed, n_golems, cap, batch):
+    rng = np.random.default_rng(seed)
+    gr = gm.Grimoire(n_golems, cap, 4)
+    pre = int(rng.integers(0, n_golems * cap + 1))
+    if pre:
+        gr.insert(rng.integers(0, n_golems, pre), rng.normal(size=(pre, 4)), dict(
+            importance=rng.choice([0.1, 0.5, 0.9], pre).astype(np.float32),
+            confidence=rng.choice([0.2, 0.8], pre).astype(np.float32),
+            salience=rng.choice([0.0, 0.3, 0.7, 0.9], pre).astype(np.float32),
+            decay_class=rng.integers(0, 4, pre).astype(np.int8), flashbulb=rng.random(pre) < 0.2,
+            status=np.where(rng.random(pre) < 0.2, gm.ARCHIVED, gm.ACTIVE).astype(np.int8)))
+    c = gr.cols
+    golems = rng.integers(0, n_golems, batch)
+    want = _reference_slots(golems, gr.count, cap, c["importance"], c["confidence"], c["salience"],
+                            c["decay_class"], c["flashbulb"], c["status"])
+    slots, ids = gr.insert(golems, rng.normal(size=(batch, 4)), dict(decay_class=gm.TACTICAL))
+    assert slots.tolist() == want
+    assert (ids[slots < 0] == -1).all() and len(set(ids[slots >= 0].tolist())) == int((slots >= 0).sum())
