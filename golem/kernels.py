@@ -6,23 +6,31 @@ top-k, the salience-ranked shadow top-k (§4.2), the eligible pool's statistics 
 non-negative entry for the anti-rumination guard (§4.3). With `live` the served ranking is the
 salience-multiplied one (and equals the shadow).
 
-How it is fast and still exact (docs/performance.md has the measurements):
+How it is fast and still exact (docs/performance.md has the measurements and the rejected variants):
 
 - The slab is walked in blocks of `BLOCK` entries. Per block, pass 1 computes the dot products
-  (SIMD within each embedding row), pass 2 the other factors and the score for all entries of the
-  block at once (SIMD across entries: branch-free, the exponentials by `exp2` below instead of
-  scalar libm calls), and pass 3 walks the block's scores for the top-k, the shadow top-k and the
-  pool statistics. The block's scratch arrays stay in L1, so the slab is read from memory once.
-- The semantic dot product is accumulated in float64 (every float32 x float32 product is exact in
-  float64) over 32 lanes, lane = t mod 32, each lane in increasing t, combined in a fixed pairwise
-  order (`dot_lanes`). The order is fixed by the code, not by the compiler or the CPU's vector
-  width, so results are the same on every machine, and `golem.retrieval.semantic_dot` (the scalar
-  reference) does exactly the same additions in Python: the two agree bit for bit.
-- `exp2` is a branch-free exp2 (round-to-nearest range reduction, degree-13 Taylor polynomial,
-  exponent built from bits) that the compiler vectorises; it is within 2 ulp of libm, so the
-  temporal factor (0.995 ** hours = exp2(hours * log2 0.995)) and the charge decay differ from the
-  reference's `**` by ~1e-16 relative, far inside the 1e-9 the reference API promises.
-- Pool sums are sequential in slot order, like the reference.
+  (SIMD within each embedding row, the row `PREFETCH_BYTES` ahead prefetched), pass 2 the other
+  factors and the score of every entry of the block at once (SIMD across entries, branch-free:
+  an ineligible entry gets score -inf; the exponentials by `exp2` below instead of scalar libm
+  calls), pass 3 the pool sums and, for the few entries that beat a current best, the top-k
+  insertions. The block's scratch lives on the stack (L1-resident, and provably distinct from the
+  inputs, so the compiler vectorises without runtime alias checks). The slab is read once.
+- The semantic dot product is accumulated in float64 (a float32 x float32 product is exact in
+  float64, so a fused multiply-add adds it without rounding) over 32 lanes, lane = t mod 32, each
+  lane in increasing t, combined in a fixed pairwise order, then the d mod 32 tail in order. The
+  order is written out as explicit vector IR (`_dot_lanes_row`), not left to the compiler or the
+  CPU's vector width, so results are the same on every machine, and
+  `golem.retrieval.semantic_dot` (the scalar reference) does exactly these additions in Python:
+  the semantic factors agree bit for bit.
+- `exp2` is a branch-free 2**x (round-to-nearest range reduction, degree-13 Taylor polynomial by
+  FMA, exponent from bits) that vectorises; it is within 1 ulp of libm, so the temporal factor
+  (0.995 ** hours = exp2(hours * log2 0.995)) and the charge decay differ from the reference's
+  `**` by ~1e-16 relative, far inside the 1e-9 the reference API promises.
+- Pool sums (emotional factor, valence) are four interleaved partial sums per block (j mod 4),
+  combined pairwise and added block by block: a fixed order, so deterministic on every machine;
+  they agree with a sequential sum to ~1e-15 relative.
+- Untagged entries have unit PAD 0, so their emotional factor is 0.5 without a branch; the kernel
+  still forces 0.5 for them so a stale unit vector could not make it disagree with the reference.
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit
+from numba import carray, njit, prange
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
@@ -41,6 +49,9 @@ POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE = r
 LANES = 32
 #: entries per block (scratch: 8 arrays x BLOCK x 8 bytes = 16 KB, L1-resident)
 BLOCK = 256
+#: how far ahead of the row being scored its embedding is prefetched (keeps ~4 KB of loads in
+#: flight: bandwidth x latency; without it the dot-product pass reads at ~88 % of a plain stream)
+PREFETCH_BYTES = 4096
 HOUR_MS = 3_600_000.0
 
 
@@ -120,49 +131,6 @@ def _dot_lanes_row(typingctx, emb, row, q64, dm):
 
 
 @intrinsic
-def _dot_lanes_rows8(typingctx, emb, row0, q64, dm, out, off):
-    """`_dot_lanes_row` for the 8 rows row0 .. row0 + 7, stored to out[off:off + 8].
-
-    The eight s8 vectors are reduced together by a transposed tree whose every addition pairs the
-    same two partial sums as the one-row reduction (s8[l] + s8[l + 4], then s4[l] + s4[l + 2], then
-    s2[0] + s2[1]): the results are bit-identical to eight `_dot_lanes_row` calls, for a fraction of
-    the shuffles.
-    """
-    if not _dot_typing(emb, q64):
-        return None
-    if not (isinstance(out, types.Array) and out.dtype == types.float64 and out.layout == "C"):
-        return None
-    sig = types.void(emb, types.intp, q64, types.intp, out, types.intp)
-
-    def codegen(context, builder, signature, args):
-        e_arr = context.make_array(signature.args[0])(context, builder, args[0])
-        q_arr = context.make_array(signature.args[2])(context, builder, args[2])
-        o_arr = context.make_array(signature.args[4])(context, builder, args[4])
-        row0, dm, off = args[1], args[3], args[5]
-        intp = context.get_value_type(types.intp)
-        ncols = builder.extract_value(e_arr.shape, 1)
-        s8 = []
-        for r in range(8):
-            row = builder.add(row0, ir.Constant(intp, r))
-            s8.append(_emit_row_s8(context, builder, builder.gep(e_arr.data, [builder.mul(row, ncols)]), q_arr.data, dm))
-
-        def pair(x, y, lo, hi):
-            return builder.fadd(builder.shuffle_vector(x, y, _i32s(*lo)), builder.shuffle_vector(x, y, _i32s(*hi)))
-        # [X4_0..3, Y4_0..3] for row pairs (A,B) (C,D) (E,F) (G,H)
-        st1 = [pair(s8[2 * i], s8[2 * i + 1], (0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15)) for i in range(4)]
-        # [A2_0, A2_1, C2_0, C2_1, B2_0, B2_1, D2_0, D2_1] and the same for E..H
-        st2 = [pair(st1[2 * i], st1[2 * i + 1], (0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15)) for i in range(2)]
-        # [A, C, B, D, E, G, F, H]
-        st3 = pair(st2[0], st2[1], (0, 2, 4, 6, 8, 10, 12, 14), (1, 3, 5, 7, 9, 11, 13, 15))
-        res = builder.shuffle_vector(st3, st3, _i32s(0, 2, 1, 3, 4, 6, 5, 7))
-        optr = builder.bitcast(builder.gep(o_arr.data, [off]), ir.VectorType(ir.DoubleType(), 8).as_pointer())
-        builder.store(res, optr, align=8)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
 def _f64_from_bits(typingctx, bits):
     """Reinterpret an int64 bit pattern as a float64 (vectorisable, unlike ldexp)."""
     if bits != types.int64:
@@ -186,6 +154,24 @@ def _fma(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return types.float64(types.float64, types.float64, types.float64), codegen
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """Hint the CPU to start loading the cache line holding the flat element idx of arr."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(8).as_pointer())
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
+            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.intp), codegen
 
 
 def _stack_block(dtype):
@@ -279,19 +265,19 @@ def _insert(slots, scores, k, slot, score):
 
 # ----------------------------------------------------------------------------- retrieval
 @njit(cache=True, error_model="numpy")
-def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
-                   ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
-                   has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
-                   weights, temporal_base, half_life_ms, react_boost, charge_fading,
-                   k, sal_cap, min_conf, live,
-                   out_slots, out_scores, out_factors, out_shadow, out_pool):
-    b = golems.size
+def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
+                    ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
+                    has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+                    weights, temporal_base, half_life_ms, react_boost, charge_fading,
+                    k, sal_cap, min_conf, live,
+                    out_slots, out_scores, out_factors, out_shadow, out_pool):
+    """Row gi of a batch: Golem golems[gi]'s slab scored against queries[gi] (see the module doc)."""
     d = queries.shape[1]
     dm = d - d % LANES
     lg2_per_ms = math.log2(temporal_base) / HOUR_MS
     inv_hl = 1.0 / half_life_ms
     w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
-    # block scratch (L1-resident)
+    # block scratch on this call's stack (per thread when Golems run in parallel)
     sem_b = carray(_stack_f64(), BLOCK)
     tmp_b = carray(_stack_f64(), BLOCK)
     emo_b = carray(_stack_f64(), BLOCK)
@@ -301,143 +287,193 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
     nn_b = carray(_stack_f64(), BLOCK)
     ok_b = carray(_stack_bool(), BLOCK)
     q64 = np.empty(d)
+    pd = max(1, PREFETCH_BYTES // (4 * d))   # rows of prefetch distance
     sh_v = np.empty(k)
-    for gi in range(b):
-        g = golems[gi]
-        lo = g * cap
-        n = count[g]
-        for t in range(d):
-            q64[t] = np.float64(queries[gi, t])
-        cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
-        cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
-        cp /= cn
-        ca /= cn
-        cd /= cn
-        vs = valence_sign[gi]
-        top_s = out_slots[gi]
-        top_v = out_scores[gi]
-        sh_s = out_shadow[gi]
-        f = out_factors[gi]
-        sh_v[:] = -np.inf
-        top_s[:] = -1
-        top_v[:] = -np.inf
-        sh_s[:] = -1
-        n_el = 0
-        sum_emo = 0.0
-        sum_val = 0.0
-        best_nn = -1
-        best_nn_score = -np.inf
-        for b0 in range(0, n, BLOCK):
-            m = min(BLOCK, n - b0)
-            mpad = (m + 3) // 4 * 4
-            s0 = lo + b0
-            # pass 1: semantic dot products (SIMD within each row, eight rows at a time)
+    g = golems[gi]
+    lo = g * cap
+    n = count[g]
+    for t in range(d):
+        q64[t] = np.float64(queries[gi, t])
+    cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
+    cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
+    cp /= cn
+    ca /= cn
+    cd /= cn
+    vs = valence_sign[gi]
+    top_s = out_slots[gi]
+    top_v = out_scores[gi]
+    sh_s = out_shadow[gi]
+    f = out_factors[gi]
+    sh_v[:] = -np.inf
+    top_s[:] = -1
+    top_v[:] = -np.inf
+    sh_s[:] = -1
+    n_el = 0
+    sum_emo = 0.0
+    sum_val = 0.0
+    best_nn = -1
+    best_nn_score = -np.inf
+    for b0 in range(0, n, BLOCK):
+        m = min(BLOCK, n - b0)
+        mpad = (m + 3) // 4 * 4
+        s0 = lo + b0
+        # pass 1: semantic dot products (SIMD within each row), reading ahead
+        for j in range(m):
+            if b0 + j + pd < n:
+                x = (s0 + j + pd) * d
+                for t in range(0, d, 16):
+                    _prefetch(emb, x + t)
+            sem_b[j] = _dot_lanes_row(emb, s0 + j, q64, dm)
+        if dm < d:
             for j in range(m):
-                sem_b[j] = _dot_lanes_row(emb, s0 + j, q64, dm)
-            if dm < d:
-                for j in range(m):
-                    e = emb[s0 + j]
-                    sem = sem_b[j]
-                    for t in range(dm, d):
-                        sem += np.float64(e[t]) * q64[t]
-                    sem_b[j] = sem
-            # pass 2: eligibility and the other factors for the whole block, branch-free, one
-            # vectorised loop (the scratch is on the stack, so no runtime alias checks). An
-            # ineligible entry gets score -inf and emotional factor and valence 0, so pass 3
-            # needs no test for it.
-            xid = ids[s0:s0 + m]
-            xst = status[s0:s0 + m]
-            xla = last_access_ms[s0:s0 + m]
-            xwin = window_ms[s0:s0 + m]
-            xconf = confidence[s0:s0 + m]
-            xtag = has_tag[s0:s0 + m]
-            xp = p_tag[s0:s0 + m]
-            xup = up[s0:s0 + m]
-            xua = ua[s0:s0 + m]
-            xud = ud[s0:s0 + m]
-            xi0 = i0[s0:s0 + m]
-            xcr = created_ms[s0:s0 + m]
-            xre = reactivated[s0:s0 + m]
-            xlr = last_react_ms[s0:s0 + m]
-            ximp = importance[s0:s0 + m]
-            xsal = sal[s0:s0 + m]
-            for j in range(m):
-                tg = xtag[j]
-                pv = np.float64(xp[j]) if tg else 0.0
-                age = np.float64(now_ms - xla[j])
-                ok = (xid[j] >= 0) & (xst[j] != 3) & (age < 2.0 * xwin[j]) & (np.float64(xconf[j]) >= min_conf)
-                ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
-                pc = ((xup[j] * cp + xua[j] * ca + xud[j] * cd) + 1.0) / 2.0
-                if charge_fading:
-                    i0j = np.float64(xi0[j])
-                    base = i0j * exp2(np.float64(xcr[j] - now_ms) * inv_hl)
-                    rboost = react_boost * exp2(np.float64(xlr[j] - now_ms) * inv_hl)
-                    inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
-                    ch = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
-                    pc = 0.5 + (pc - 0.5) * ch
-                emo = pc if tg else 0.5
-                tmp = exp2(age * lg2_per_ms)
-                score = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
-                ok_b[j] = ok
-                pv_b[j] = pv if ok else 0.0
-                emo_b[j] = emo if ok else 0.0
-                tmp_b[j] = tmp
-                sc_b[j] = score if ok else -np.inf
-                sh_b[j] = score * (1.0 + np.float64(xsal[j]) * sal_cap) if ok else -np.inf
-                nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
-            # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
-            for j in range(m, mpad):
-                emo_b[j] = 0.0
-                pv_b[j] = 0.0
-                ok_b[j] = False
-            e0 = e1 = e2 = e3 = 0.0
-            v0 = v1 = v2 = v3 = 0.0
-            for j in range(0, mpad, 4):
-                e0 += emo_b[j]
-                e1 += emo_b[j + 1]
-                e2 += emo_b[j + 2]
-                e3 += emo_b[j + 3]
-                v0 += pv_b[j]
-                v1 += pv_b[j + 1]
-                v2 += pv_b[j + 2]
-                v3 += pv_b[j + 3]
-            sum_emo += (e0 + e1) + (e2 + e3)
-            sum_val += (v0 + v1) + (v2 + v3)
-            for j in range(m):
-                n_el += ok_b[j]
-            # pass 3b: best non-negative entry and the two top-k lists, in slot order; one branch
-            # per entry, taken only by entries that beat a current best (rare, predictable)
-            sv_b = sh_b if live else sc_b
-            t1 = best_nn_score
-            t2 = top_v[k - 1]
-            t3 = sh_v[k - 1]
-            for j in range(m):
-                nn = nn_b[j]
-                sv = sv_b[j]
-                sh = sh_b[j]
-                if (nn > t1) | (sv > t2) | (sh > t3):
-                    if nn > t1:
-                        best_nn_score = nn
-                        best_nn = s0 + j
-                        t1 = nn
-                    if sv > t2:
-                        pos = _insert(top_s, top_v, k, s0 + j, sv)
-                        # keep the factors aligned with the served order
-                        for r in range(k - 1, pos, -1):
-                            f[r, 0] = f[r - 1, 0]
-                            f[r, 1] = f[r - 1, 1]
-                            f[r, 2] = f[r - 1, 2]
-                            f[r, 3] = f[r - 1, 3]
-                        f[pos, 0] = sem_b[j]
-                        f[pos, 1] = tmp_b[j]
-                        f[pos, 2] = np.float64(ximp[j])
-                        f[pos, 3] = emo_b[j]
-                        t2 = top_v[k - 1]
-                    if sh > t3:
-                        _insert(sh_s, sh_v, k, s0 + j, sh)
-                        t3 = sh_v[k - 1]
-        out_pool[gi, POOL_N] = n_el
-        out_pool[gi, POOL_SUM_EMO] = sum_emo
-        out_pool[gi, POOL_SUM_VAL] = sum_val
-        out_pool[gi, POOL_BEST_NONNEG] = best_nn
-        out_pool[gi, POOL_BEST_NONNEG_SCORE] = best_nn_score
+                e = emb[s0 + j]
+                sem = sem_b[j]
+                for t in range(dm, d):
+                    sem += np.float64(e[t]) * q64[t]
+                sem_b[j] = sem
+        # pass 2: eligibility and the other factors for the whole block, branch-free, one
+        # vectorised loop (the scratch is on the stack, so no runtime alias checks). An
+        # ineligible entry gets score -inf and emotional factor and valence 0, so pass 3
+        # needs no test for it.
+        xid = ids[s0:s0 + m]
+        xst = status[s0:s0 + m]
+        xla = last_access_ms[s0:s0 + m]
+        xwin = window_ms[s0:s0 + m]
+        xconf = confidence[s0:s0 + m]
+        xtag = has_tag[s0:s0 + m]
+        xp = p_tag[s0:s0 + m]
+        xup = up[s0:s0 + m]
+        xua = ua[s0:s0 + m]
+        xud = ud[s0:s0 + m]
+        xi0 = i0[s0:s0 + m]
+        xcr = created_ms[s0:s0 + m]
+        xre = reactivated[s0:s0 + m]
+        xlr = last_react_ms[s0:s0 + m]
+        ximp = importance[s0:s0 + m]
+        xsal = sal[s0:s0 + m]
+        for j in range(m):
+            tg = xtag[j]
+            pv = np.float64(xp[j]) if tg else 0.0
+            age = np.float64(now_ms - xla[j])
+            ok = (xid[j] >= 0) & (xst[j] != 3) & (age < 2.0 * xwin[j]) & (np.float64(xconf[j]) >= min_conf)
+            ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+            pc = ((xup[j] * cp + xua[j] * ca + xud[j] * cd) + 1.0) / 2.0
+            if charge_fading:
+                i0j = np.float64(xi0[j])
+                base = i0j * exp2(np.float64(xcr[j] - now_ms) * inv_hl)
+                rboost = react_boost * exp2(np.float64(xlr[j] - now_ms) * inv_hl)
+                inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
+                ch = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
+                pc = 0.5 + (pc - 0.5) * ch
+            emo = pc if tg else 0.5
+            tmp = exp2(age * lg2_per_ms)
+            score = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
+            ok_b[j] = ok
+            pv_b[j] = pv if ok else 0.0
+            emo_b[j] = emo if ok else 0.0
+            tmp_b[j] = tmp
+            sc_b[j] = score if ok else -np.inf
+            sh_b[j] = score * (1.0 + np.float64(xsal[j]) * sal_cap) if ok else -np.inf
+            nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
+        # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
+        for j in range(m, mpad):
+            emo_b[j] = 0.0
+            pv_b[j] = 0.0
+            ok_b[j] = False
+        e0 = e1 = e2 = e3 = 0.0
+        v0 = v1 = v2 = v3 = 0.0
+        for j in range(0, mpad, 4):
+            e0 += emo_b[j]
+            e1 += emo_b[j + 1]
+            e2 += emo_b[j + 2]
+            e3 += emo_b[j + 3]
+            v0 += pv_b[j]
+            v1 += pv_b[j + 1]
+            v2 += pv_b[j + 2]
+            v3 += pv_b[j + 3]
+        sum_emo += (e0 + e1) + (e2 + e3)
+        sum_val += (v0 + v1) + (v2 + v3)
+        for j in range(m):
+            n_el += ok_b[j]
+        # pass 3b: best non-negative entry and the two top-k lists, in slot order; one branch
+        # per entry, taken only by entries that beat a current best (rare, predictable)
+        sv_b = sh_b if live else sc_b
+        t1 = best_nn_score
+        t2 = top_v[k - 1]
+        t3 = sh_v[k - 1]
+        # thresholds only rise: an entry that does not beat them now never will in this
+        # block, and after the first blocks most blocks have no such entry at all (SIMD test)
+        hits = 0
+        for j in range(m):
+            hits += (nn_b[j] > t1) | (sv_b[j] > t2) | (sh_b[j] > t3)
+        if hits == 0:
+            continue
+        for j in range(m):
+            nn = nn_b[j]
+            sv = sv_b[j]
+            sh = sh_b[j]
+            if (nn > t1) | (sv > t2) | (sh > t3):
+                if nn > t1:
+                    best_nn_score = nn
+                    best_nn = s0 + j
+                    t1 = nn
+                if sv > t2:
+                    pos = _insert(top_s, top_v, k, s0 + j, sv)
+                    # keep the factors aligned with the served order
+                    for r in range(k - 1, pos, -1):
+                        f[r, 0] = f[r - 1, 0]
+                        f[r, 1] = f[r - 1, 1]
+                        f[r, 2] = f[r - 1, 2]
+                        f[r, 3] = f[r - 1, 3]
+                    f[pos, 0] = sem_b[j]
+                    f[pos, 1] = tmp_b[j]
+                    f[pos, 2] = np.float64(ximp[j])
+                    f[pos, 3] = emo_b[j]
+                    t2 = top_v[k - 1]
+                if sh > t3:
+                    _insert(sh_s, sh_v, k, s0 + j, sh)
+                    t3 = sh_v[k - 1]
+    out_pool[gi, POOL_N] = n_el
+    out_pool[gi, POOL_SUM_EMO] = sum_emo
+    out_pool[gi, POOL_SUM_VAL] = sum_val
+    out_pool[gi, POOL_BEST_NONNEG] = best_nn
+    out_pool[gi, POOL_BEST_NONNEG_SCORE] = best_nn_score
+
+
+@njit(cache=True, error_model="numpy")
+def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
+                   ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
+                   has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+                   weights, temporal_base, half_life_ms, react_boost, charge_fading,
+                   k, sal_cap, min_conf, live,
+                   out_slots, out_scores, out_factors, out_shadow, out_pool):
+    """Four-factor retrieval for a batch of Golems, one after the other (see the module doc)."""
+    for gi in range(golems.size):
+        _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
+                        ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
+                        has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+                        weights, temporal_base, half_life_ms, react_boost, charge_fading,
+                        k, sal_cap, min_conf, live,
+                        out_slots, out_scores, out_factors, out_shadow, out_pool)
+
+
+@njit(cache=True, error_model="numpy", parallel=True)
+def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
+                            ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
+                            has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+                            weights, temporal_base, half_life_ms, react_boost, charge_fading,
+                            k, sal_cap, min_conf, live,
+                            out_slots, out_scores, out_factors, out_shadow, out_pool):
+    """`retrieve_batch` with the Golems spread over numba's threads (NUMBA_NUM_THREADS).
+
+    Each Golem reads only its slab and writes only its own output rows, so the result is the
+    same, bit for bit, whatever the number of threads or their scheduling.
+    """
+    for gi in prange(golems.size):
+        _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
+                        ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
+                        has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+                        weights, temporal_base, half_life_ms, react_boost, charge_fading,
+                        k, sal_cap, min_conf, live,
+                        out_slots, out_scores, out_factors, out_shadow, out_pool)
+

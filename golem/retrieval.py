@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from golem import kernels
@@ -132,10 +133,19 @@ class RetrievalResult:
     pool: np.ndarray
 
 
+#: a batch scanning at least this many entries runs its Golems on numba's threads
+#: (NUMBA_NUM_THREADS; 1 keeps everything on the calling thread). Results do not depend on it.
+PARALLEL_MIN_ENTRIES = 1 << 16
+
+
 def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
              prm: RetrievalParams, k: int | None = None, min_conf: float = 0.0,
              valence_sign: np.ndarray | None = None) -> RetrievalResult:
-    """Score and select the top-k for a batch of Golems in one kernel call (no bookkeeping)."""
+    """Score and select the top-k for a batch of Golems in one kernel call (no bookkeeping).
+
+    A large batch is spread over numba's threads (`PARALLEL_MIN_ENTRIES`); every Golem's row is
+    computed by the same code either way, so the result is identical.
+    """
     golems = np.ascontiguousarray(golems, dtype=np.int64)
     b = golems.size
     k = k or prm.top_k
@@ -143,7 +153,10 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf),
                           np.full((b, k, 4), np.nan), np.full((b, k), -1, np.int64), np.zeros((b, 5)))
     c = gr.cols
-    kernels.retrieve_batch(
+    kernel = kernels.retrieve_batch
+    if b > 1 and numba.get_num_threads() > 1 and int(gr.count[golems].sum()) >= PARALLEL_MIN_ENTRIES:
+        kernel = kernels.retrieve_batch_parallel   # same result bit for bit, Golems over threads
+    kernel(
         golems, gr.count, gr.capacity, np.ascontiguousarray(queries, dtype=np.float32),
         np.ascontiguousarray(cur_pad, dtype=np.float64), vs, np.int64(now_ms),
         c["id"], gr.emb, c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"],

@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -26,7 +27,7 @@ out = Console()
 
 
 def fail(msg: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -313,6 +314,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
 
     Exit status: 0 all runs ok, 1 some runs failed (see the summary's error column), 2 bad input,
     130 interrupted (finished runs kept and summarised; the same command continues the sweep)."""
+
     from sim import sweep as sw
     try:
         ex = sw.make_executor(workers=workers, dask_local=dask_local, scheduler=scheduler)
@@ -320,15 +322,15 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
             res = sw.run_sweep(sweep_file, out_dir, executor=ex, sets=set_,
                                seeds=sw.parse_seeds(seeds) if seeds else None, on_progress=progress)
     except InputError as exc:
-        fail(str(exc))
+        fail(str(exc))   # fail() escapes rich markup: messages hold [brackets] (golem-sim[distributed])
     except sw.SweepInterrupted as exc:
         r = exc.result
         fail(f"interrupted: {len(r.rows)} of {r.planned} runs finished and summarised in {r.out / 'summary'}; "
              "run the same command again to continue", 130)
     except KeyboardInterrupt:
         fail("interrupted before any run started", 130)
-    if not quiet:
-        out.print(sw.summary_table(res))
+    if not quiet:   # piped output keeps the table's columns whole instead of 80 characters wide
+        (out if out.is_terminal else Console(width=max(out.width, 150))).print(sw.summary_table(res))
     out.print(f"{res.planned} runs: {res.ok} ok ({res.reused} reused), {res.failed} failed, in {res.wall_s:.1f} s "
               f"on {res.executor or 'no executor (nothing to run)'}; summary: {res.out / 'summary'}",
               highlight=False, soft_wrap=True)

@@ -32,7 +32,7 @@ import time
 import traceback
 from concurrent import futures as cf
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 

@@ -84,8 +84,19 @@ def make_queries(b: int, dim: int, seed: int = 1) -> tuple[np.ndarray, np.ndarra
 
 
 # ----------------------------------------------------------------------------- the engine
-def kernel(gr: Grimoire, golems: np.ndarray, q: np.ndarray, pad: np.ndarray, now: int, prm) -> rt.RetrievalResult:
-    return rt.retrieve(gr, golems, q, pad, now, prm)
+def kernel(gr: Grimoire, golems: np.ndarray, q: np.ndarray, pad: np.ndarray, now: int, prm,
+           threads: int | None = 1) -> rt.RetrievalResult:
+    """The engine's retrieval; threads=1 keeps it on the calling thread (the peers are
+    single-threaded), None lets a large batch use all of numba's threads as the engine does."""
+    if threads is None:
+        return rt.retrieve(gr, golems, q, pad, now, prm)
+    import numba
+    saved = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        return rt.retrieve(gr, golems, q, pad, now, prm)
+    finally:
+        numba.set_num_threads(saved)
 
 
 # ----------------------------------------------------------------------------- idiomatic numpy

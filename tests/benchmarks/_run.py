@@ -1,0 +1,188 @@
+"""One whole `golem-sim run` of scenarios/bench.yaml, timed by phase, in this process.
+
+    python tests/benchmarks/_run.py --capacity 1024 [--duration 10d] [--no-record] [--json]
+
+Phases are measured from outside, without hooks in the engine: the methods below are wrapped
+with a timer that charges each moment of wall time to the innermost running phase (a retrieval
+inside DECIDING is retrieval, not decision; a Clade push inside emit is clade, not recording).
+What no wrapper covers (the SimPy event loop, the cohort loop in World.heartbeat, tick
+bookkeeping outside the state functions) is "scheduling".
+
+    market      World.observe (tape index, probes, events seen) and World.market
+    appraisal   Mind.sense (PAD update, labels, somatic markers, reflex lane)
+    retrieval   golem.retrieval.retrieve (the fused kernel call) wherever it is called from
+    decision    Mind.decide and Mind.act, minus the retrieval inside
+    write       Mind.reflect (candidates, gating, the memory writer, flashbulbs)
+    curator     Mind._maintenance and Mind.dream (curator, contrarian, dreams)
+    clade       World.push and World.deliver (Clade messages, contagion, inherited copies)
+    recording   World.emit (minus pushes), World.flush, World._record_market
+    scheduling  the rest: SimPy, the heartbeat loop, Mind.tick's own bookkeeping
+
+After the run, in the same process, it measures the retrieval floor of one cohort tick on the
+final arena (one BLAS sgemv per Golem slab, batched: np.matmul over the stacked slabs), the
+kernel on the same arena and queries, and a stream read of the embeddings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+PHASES = ("market", "appraisal", "retrieval", "decision", "write", "curator", "clade", "recording", "scheduling")
+
+
+class PhaseTimer:
+    """Exclusive wall time per phase: entering a phase pauses the one it interrupts."""
+
+    def __init__(self):
+        self.total = {p: 0.0 for p in PHASES}
+        self.calls = {p: 0 for p in PHASES}
+        self.stack: list[list] = []  # [phase, started_at]
+
+    def wrap(self, fn, phase):
+        def timed(*args, **kwargs):
+            now = time.perf_counter()
+            if self.stack:
+                top = self.stack[-1]
+                self.total[top[0]] += now - top[1]
+            self.stack.append([phase, now])
+            self.calls[phase] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                ph, t0 = self.stack.pop()
+                self.total[ph] += end - t0
+                if self.stack:
+                    self.stack[-1][1] = end
+        timed.__wrapped__ = fn
+        return timed
+
+
+def instrument(timer: PhaseTimer) -> None:
+    """Wrap the engine's phase functions (class attributes and module functions) in place."""
+    import golem.heartbeat as H
+    import golem.retrieval as RT
+    import sim.world as W
+
+    def patch(owner, name, phase):
+        fn = getattr(owner, name, None)
+        if fn is not None and not hasattr(fn, "__wrapped__"):
+            setattr(owner, name, timer.wrap(fn, phase))
+
+    patch(W.World, "observe", "market")
+    patch(W.World, "_record_market", "recording")
+    patch(W.World, "emit", "recording")
+    patch(W.World, "flush", "recording")
+    patch(W.World, "push", "clade")
+    patch(W.World, "deliver", "clade")
+    patch(H.Mind, "sense", "appraisal")
+    patch(H.Mind, "decide", "decision")
+    patch(H.Mind, "act", "decision")
+    patch(H.Mind, "reflect", "write")
+    patch(H.Mind, "_maintenance", "curator")
+    patch(H.Mind, "dream", "curator")
+    patch(H.Mind, "_die", "write")
+    patch(RT, "retrieve", "retrieval")
+
+
+def retrieval_floor(world, rounds: int = 7) -> dict:
+    """Kernel vs BLAS floor vs stream read for one tick of the whole population, on the final arena."""
+    import _retrieval as R
+    from golem import retrieval as rt
+    gr = world.gr
+    n = gr.n_golems
+    golems = np.arange(n)
+    q, pad = R.make_queries(n, gr.dim, seed=7)
+    prm = world.mind.prm
+    floor = R.Floor(gr, n)
+    now = int(world.now_ms)
+    t = R.alternate({
+        "kernel": lambda: rt.retrieve(gr, golems, q, pad, now, prm),
+        "sgemv": lambda: floor.sgemv(golems, q),
+        "stream": lambda: R.stream_read(gr),
+    }, rounds=rounds, clock=time.perf_counter)
+    return {"kernel_s": t["kernel"], "sgemv_s": t["sgemv"], "stream_s": t["stream"],
+            "arena_entries": int(gr.count.sum()), "embedding_bytes": int(gr.emb.nbytes)}
+
+
+def shim_entries_clade() -> None:
+    """Curator lesson rows reach World._record_entries without a clade column in some engine
+    versions (KeyError at the first lesson); fill it from the population, benchmark-side only."""
+    import sim.world as W
+    rec = W.World._record_entries
+    if getattr(rec, "_shim", False):
+        return
+
+    def record_entries(self, e):
+        if "clade" not in e:
+            e = dict(e, clade=self.pop.clade[e["golem"]])
+        return rec(self, e)
+    record_entries._shim = True
+    W.World._record_entries = record_entries
+
+
+def whole_run(capacity: int, duration: str | None, record: bool, out: Path | None = None, seed: int | None = None,
+              phases: bool = True, floor: bool = True) -> dict:
+    from sim.run import execute
+    shim_entries_clade()
+    timer = PhaseTimer()
+    if phases:
+        instrument(timer)
+    sets = [f"grimoire.capacity={capacity}"]
+    if duration:
+        sets.append(f"duration={duration}")
+    if out is None:
+        import tempfile
+        out = Path(tempfile.mkdtemp(prefix="golem-bench-")) / "run"
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    res = execute(ROOT / "scenarios" / "bench.yaml", out, seed=seed, sets=sets, environ={}, record=record)
+    total = time.perf_counter() - t0
+    world = res.world
+    ticks = int(res.manifest["golem_ticks"])
+    cohort_ticks = int(round(world.stats.ticks / max(world.pop.n, 1)))
+    phase_s = dict(timer.total)
+    run_s = res.wall_s
+    phase_s["scheduling"] = max(0.0, run_s - sum(v for k, v in phase_s.items() if k != "scheduling"))
+    out_d = {
+        "capacity": capacity, "duration": duration or "10d", "record": record, "golems": int(world.pop.n),
+        "golem_ticks": ticks, "cohort_ticks": cohort_ticks, "run_s": run_s, "setup_s": total - run_s,
+        "golem_ticks_per_s": ticks / run_s, "s_per_cohort_tick": run_s / max(cohort_ticks, 1),
+        "phases_s": phase_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_mb": rss0 / 1024, "bytes_per_entry": world.gr.bytes_per_entry(), "dim": world.gr.dim,
+        "run_dir": str(out),
+    }
+    if floor:
+        out_d["floor"] = retrieval_floor(world)
+    return out_d
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--capacity", type=int, default=4096)
+    ap.add_argument("--duration", default=None, help="scenario duration override (default: the scenario's 10d)")
+    ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--no-phases", action="store_true", help="no phase timers (to measure their overhead)")
+    ap.add_argument("--no-floor", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    r = whole_run(a.capacity, a.duration, not a.no_record, Path(a.out) if a.out else None,
+                  phases=not a.no_phases, floor=not a.no_floor)
+    print(json.dumps(r, indent=None if a.json else 2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Print the performance table of docs/performance.md: retrieval ratios and whole runs.
+
+    OPENBLAS_NUM_THREADS=1 python tests/benchmarks/report.py            # everything (~1 h)
+    OPENBLAS_NUM_THREADS=1 python tests/benchmarks/report.py --quick    # N <= 1M d = 64 only, 1-day runs
+
+Retrieval: every implementation of one case is timed round-robin in one process (CPU time of
+this thread, the minimum over rounds), so each ratio compares measurements taken side by side.
+Whole runs: each in a fresh process (tests/benchmarks/_run.py), phases timed from outside, the
+retrieval floor of one tick measured in the same process on the final arena.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import _retrieval as R  # noqa: E402
+
+PHASES = ("market", "appraisal", "retrieval", "decision", "write", "curator", "clade", "recording", "scheduling")
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import numba
+    flags = ""
+    try:
+        f = open("/proc/cpuinfo").read()
+        flags = "AVX-512" if "avx512f" in f else ("AVX2" if "avx2" in f else "")
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{cpu}, {os.cpu_count()} cores, {flags}, {mem:.0f} GB RAM; Python {platform.python_version()}, "
+            f"numpy {np.__version__}, numba {numba.__version__}, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
+
+
+# ----------------------------------------------------------------------------- retrieval
+def retrieval_case(n: int, d: int, mode: str, rounds: int) -> dict:
+    from golem import retrieval as rt
+    b = 1 if mode == "single" else R.BATCH
+    gr = R.build_arena(b, n // b, d)
+    q, pad = R.make_queries(b, d)
+    prm = rt.RetrievalParams(top_k=R.K)
+    golems = np.arange(b)
+    res = R.kernel(gr, golems, q, pad, R.NOW_MS, prm)
+    idi, tun, floor = R.Idiomatic(gr, prm), R.Tuned(gr, prm), R.Floor(gr, b)
+    R.same_results(res, idi(golems, q, pad, R.NOW_MS))   # same top-k, shadow and pool, or no timing
+    R.same_results(res, tun(golems, q, pad, R.NOW_MS))
+    fns = {"kernel": lambda: R.kernel(gr, golems, q, pad, R.NOW_MS, prm),
+           "idiomatic": lambda: idi(golems, q, pad, R.NOW_MS),
+           "tuned": lambda: tun(golems, q, pad, R.NOW_MS),
+           "sgemv": lambda: floor.sgemv(golems, q),
+           "stream": lambda: R.stream_read(gr, golems)}
+    if mode != "single":
+        fns["full_mm"] = lambda: floor.full_mm(golems, q)
+    t = R.alternate(fns, rounds=rounds, min_time=0.5)
+    if mode != "single":
+        # the engine spreads a batch over numba's threads: wall time, side by side with 1 thread
+        tw = R.alternate({"kernel_1t": fns["kernel"],
+                          "kernel_mt": lambda: R.kernel(gr, golems, q, pad, R.NOW_MS, prm, threads=None),
+                          "sgemv": fns["sgemv"]}, rounds=rounds, min_time=0.5, clock=time.perf_counter)
+        t["wall_kernel_1t"], t["wall_kernel_mt"], t["wall_sgemv"] = tw["kernel_1t"], tw["kernel_mt"], tw["sgemv"]
+    t["n"], t["d"], t["mode"] = n, d, mode
+    t["gb_s_kernel"] = gr.emb.nbytes / t["kernel"] / 1e9
+    t["gb_s_stream"] = gr.emb.nbytes / t["stream"] / 1e9
+    return t
+
+
+def retrieval_table(rows: list[dict]) -> str:
+    out = ["| N | d | queries | kernel ms | idiomatic ms | tuned ms | sgemv ms | full mm ms | stream ms | idiomatic/kernel | tuned/kernel | stream/kernel | kernel/sgemv | kernel/full mm | 2-thread kernel / sgemv (wall) |",
+           "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        fm = r.get("full_mm")
+        fm_ms = "" if fm is None else f"{1e3 * fm:.3f}"
+        fm_ratio = "" if fm is None else f"{r['kernel'] / fm:.2f}"
+        who = "1" if r["mode"] == "single" else "32 Golems"
+        mt = f"{r['wall_kernel_mt'] / r['wall_sgemv']:.2f}" if "wall_kernel_mt" in r else ""
+        out.append(
+            f"| {r['n']:,} | {r['d']} | {who} | {1e3 * r['kernel']:.3f} | "
+            f"{1e3 * r['idiomatic']:.3f} | {1e3 * r['tuned']:.3f} | {1e3 * r['sgemv']:.3f} | {fm_ms} | "
+            f"{1e3 * r['stream']:.3f} | {r['idiomatic'] / r['kernel']:.2f} | {r['tuned'] / r['kernel']:.2f} | "
+            f"{r['stream'] / r['kernel']:.2f} | {r['kernel'] / r['sgemv']:.2f} | {fm_ratio} | {mt} |")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- whole runs
+def whole_run(capacity: int, record: bool, duration: str | None) -> dict:
+    cmd = [sys.executable, str(HERE / "_run.py"), "--capacity", str(capacity), "--json"]
+    if duration:
+        cmd += ["--duration", duration]
+    if not record:
+        cmd.append("--no-record")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def runs_table(runs: list[dict]) -> str:
+    head = ("| capacity | recording | Golem-ticks/s | ms per tick (1,000 Golems) | retrieval floor ms | tick / floor | "
+            "kernel ms (same arena) | peak RSS MB | " + " | ".join(f"{p} %" for p in PHASES) + " |")
+    out = [head, "|" + "---:|" * (8 + len(PHASES))]
+    for r in runs:
+        fl = r["floor"]
+        tot = max(r["run_s"], 1e-9)
+        out.append(
+            f"| {r['capacity']:,} | {'on' if r['record'] else 'off'} | {r['golem_ticks_per_s']:,.0f} | "
+            f"{1e3 * r['s_per_cohort_tick']:.1f} | {1e3 * fl['sgemv_s']:.1f} | {r['s_per_cohort_tick'] / fl['sgemv_s']:.1f} | "
+            f"{1e3 * fl['kernel_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
+            + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
+    return "\n".join(out)
+
+
+def startup() -> tuple[float, float]:
+    """Wall time of a tiny `golem-sim run` with an empty numba cache, then with the warm cache."""
+    import tempfile
+    cmd = [sys.executable, "-m", "sim.cli", "run", "scenarios/default.yaml", "--set", "duration=5m", "--no-record", "-q"]
+    base = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    cold_env = dict(base, NUMBA_CACHE_DIR=tempfile.mkdtemp(prefix="numba-cold-"))
+    times = []
+    for env in (cold_env, cold_env, cold_env):
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, env=env)
+        times.append(time.perf_counter() - t)
+    return times[0], min(times[1:])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="d = 64 retrieval only and 1-day runs")
+    ap.add_argument("--duration", default=None, help="whole-run duration (default: the scenario's 10d; --quick: 1d)")
+    ap.add_argument("--skip-retrieval", action="store_true")
+    ap.add_argument("--skip-runs", action="store_true")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--json", default=None, help="also write every number to this file")
+    a = ap.parse_args(argv)
+    report: dict = {"machine": machine()}
+    print(f"machine: {report['machine']}\n", flush=True)
+    if not a.skip_retrieval:
+        rows = []
+        dims = (64,) if a.quick else R.DIMS
+        for d in dims:
+            for n in R.SIZES:
+                for mode in ("single", "batch32"):
+                    rows.append(retrieval_case(n, d, mode, a.rounds))
+                    print(f"  retrieval N={n:,} d={d} {mode}: kernel {1e3 * rows[-1]['kernel']:.2f} ms", file=sys.stderr, flush=True)
+        report["retrieval"] = rows
+        print("## Retrieval (ms per call, CPU time, min of round-robin rounds)\n")
+        print(retrieval_table(rows) + "\n", flush=True)
+    if not a.skip_runs:
+        duration = a.duration or ("1d" if a.quick else None)
+        runs = []
+        for cap in (1024, 4096):
+            for rec in (True, False):
+                print(f"  whole run capacity={cap} record={rec} ...", file=sys.stderr, flush=True)
+                runs.append(whole_run(cap, rec, duration))
+        report["runs"] = runs
+        print(f"## Whole runs (scenarios/bench.yaml, duration {duration or '10d'})\n")
+        print(runs_table(runs) + "\n")
+        for cap in (1024, 4096):
+            on = next(r for r in runs if r["capacity"] == cap and r["record"])
+            off = next(r for r in runs if r["capacity"] == cap and not r["record"])
+            print(f"- capacity {cap:,}: recording adds {100 * (on['run_s'] / off['run_s'] - 1):+.1f} % "
+                  f"({on['run_s']:.1f} s vs {off['run_s']:.1f} s); bytes per entry {on['bytes_per_entry']:.0f} "
+                  f"(limit 4 d + 256 = {4 * on['dim'] + 256})")
+        cold, warm = startup()
+        report["startup"] = {"cold_s": cold, "warm_s": warm}
+        print(f"- `golem-sim run` of a 5-minute scenario: {cold:.2f} s with an empty numba cache, {warm:.2f} s the second time\n")
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The fused retrieval kernel (golem.kernels.retrieve_batch via golem.retrieval.retrieve) against
+the scalar reference (golem.retrieval.reference_retrieve, the SPEC §4.1 formulas entry by entry).
+
+Same ids in the same order, scores and the four factors within 1e-9, on random arenas; the salience
+shadow ranking and the eligible pool's statistics against a plain Python computation.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from golem import kernels
+from golem import retrieval as rt
+from golem.grimoire import ARCHIVED, DAY_MS, STALE, Grimoire
+
+TOL = 1e-9
+NOW = 50 * DAY_MS
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ----------------------------------------------------------------------------- random arenas
+@st.composite
+def arenas(draw):
+    """A Grimoire with everything retrieval looks at drawn at random, plus one query per Golem."""
+    n_golems = draw(st.integers(1, 4))
+    cap = draw(st.integers(1, 48))
+    dim = draw(st.integers(4, 64))
+    seed = draw(st.integers(0, 2**32 - 1))
+    p_tag = draw(st.sampled_from([0.0, 0.5, 1.0]))
+    p_react = draw(st.sampled_from([0.0, 0.5]))
+    p_dead = draw(st.sampled_from([0.0, 0.2]))         # archived, expired, empty (id -1) slots
+    p_zero_pad = draw(st.sampled_from([0.0, 0.3]))     # tagged with a zero PAD vector
+    p_dup = draw(st.sampled_from([0.0, 0.3]))          # exact copies of an earlier entry (ties)
+    rng = np.random.default_rng(seed)
+    gr = Grimoire(n_golems, cap, dim)
+    c = gr.cols
+    n = n_golems * cap
+    gr.count[:] = rng.integers(0, cap + 1, n_golems)
+    gr.count[rng.integers(n_golems)] = cap              # at least one full slab
+    gr.emb[:] = _unit(rng.standard_normal((n, dim))).astype(np.float32)
+    c["id"][:] = np.arange(n)
+    c["created_ms"][:] = NOW - rng.integers(0, 20 * DAY_MS, n)
+    c["last_access_ms"][:] = NOW - rng.integers(0, 8 * DAY_MS, n)
+    c["last_access_ms"][rng.uniform(size=n) < 0.1] = NOW            # just recalled: temporal 1
+    c["window_ms"][:] = rng.uniform(0.5, 10, n) * DAY_MS
+    c["window_ms"][rng.uniform(size=n) < 0.1] = math.inf              # structural
+    c["status"][:] = rng.choice([0, STALE], n)
+    c["importance"][:] = rng.uniform(0, 1, n)
+    c["salience"][:] = rng.uniform(0, 1, n)
+    c["confidence"][:] = rng.uniform(0, 1, n)
+    tag = rng.uniform(size=n) < p_tag
+    c["has_tag"][:] = tag
+    for k in "pad":
+        c[k][:] = rng.uniform(-1, 1, n)                               # untagged: ignored garbage
+    zero = tag & (rng.uniform(size=n) < p_zero_pad)
+    for k in "pad":
+        c[k][zero] = 0.0
+    c["i0"][:] = np.where(tag, rng.uniform(0, 1, n), 0.0)
+    c["i0"][tag & (rng.uniform(size=n) < 0.05)] = 0.0                 # a tag with no charge
+    react = rng.uniform(size=n) < p_react
+    c["reactivated"][:] = react
+    # reactivated with a timestamp, or flagged without one (-1: no boost)
+    c["last_react_ms"][:] = np.where(react & (rng.uniform(size=n) < 0.7), NOW - rng.integers(0, 4 * DAY_MS, n), -1)
+    dead = rng.uniform(size=n) < p_dead
+    kind = rng.integers(0, 3, n)
+    c["status"][dead & (kind == 0)] = ARCHIVED
+    c["last_access_ms"][dead & (kind == 1)] = NOW - 30 * DAY_MS       # past twice the window: expired
+    c["window_ms"][dead & (kind == 1)] = DAY_MS
+    c["id"][dead & (kind == 2)] = -1
+    gr._stamp_unit_pad(np.arange(n))
+    dup = np.flatnonzero(rng.uniform(size=n) < p_dup)
+    for s in dup:
+        src = int(rng.integers(0, s + 1))
+        for col in c.values():
+            col[s] = col[src]
+        gr.emb[s] = gr.emb[src]
+    q = _unit(rng.standard_normal((n_golems, dim))).astype(np.float32)
+    pad = rng.uniform(-1, 1, (n_golems, 3))
+    pad[rng.uniform(size=n_golems) < 0.15] = 0.0                       # a calm Golem: zero PAD query
+    return gr, q, pad
+
+
+def _unit(x):
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+params = st.builds(
+    rt.RetrievalParams,
+    top_k=st.integers(1, 12),
+    charge_fading=st.booleans(),
+    live=st.booleans(),
+    salience_cap=st.sampled_from([0.0, 0.25, 0.6]),
+    half_life_days=st.sampled_from([0.5, 3.0]),
+    temporal_base=st.sampled_from([0.995, 0.9]),
+)
+filters = st.tuples(st.sampled_from([0.0, 0.3, 0.6]), st.sampled_from([0, 1, -1]))
+
+
+# ----------------------------------------------------------------------------- Python computations
+def eligible_rows(gr, g, q, pad, prm, min_conf, vs):
+    """(slot, plain score, factors, valence) of every eligible entry, from the reference formulas."""
+    c = gr.cols
+    keep = {s for s, _, _ in rt.reference_retrieve(gr, g, q, tuple(pad), NOW,
+                                                   _replace(prm, top_k=gr.capacity, live=False), min_conf, vs)}
+    rows = []
+    for s in range(g * gr.capacity, g * gr.capacity + int(gr.count[g])):
+        if s not in keep:
+            continue
+        sem, hours, imp, emo = rt.entry_factors(gr, s, q, tuple(pad), NOW, prm)
+        score = rt.four_factor_score(sem, hours, imp, emo, prm.weights, prm.temporal_base)
+        val = float(c["p"][s]) if c["has_tag"][s] else 0.0
+        rows.append((s, score, emo, val))
+    return rows
+
+
+def _replace(prm, **kw):
+    from dataclasses import replace
+    return replace(prm, **kw)
+
+
+def ranked(rows, key, k):
+    return [s for s, _ in sorted(((r[0], key(r)) for r in rows), key=lambda x: (-x[1], x[0]))[:k]]
+
+
+# ----------------------------------------------------------------------------- properties
+@FAST
+@given(arenas(), params, filters)
+def test_kernel_agrees_with_reference(arena, prm, flt):
+    gr, q, pad = arena
+    min_conf, vs = flt
+    golems = np.arange(gr.n_golems)[::-1].copy()        # any order of Golems in a batch
+    res = rt.retrieve(gr, golems, q[golems], pad[golems], NOW, prm, min_conf=min_conf,
+                      valence_sign=np.full(golems.size, vs))
+    for i, g in enumerate(golems):
+        ref = rt.reference_retrieve(gr, int(g), q[g], tuple(pad[g]), NOW, prm, min_conf=min_conf, valence_sign=vs)
+        got = [int(s) for s in res.slots[i] if s >= 0]
+        assert got == [s for s, _, _ in ref]
+        for r, (s, score, fac) in enumerate(ref):
+            assert abs(res.scores[i, r] - score) <= TOL
+            assert np.all(np.abs(res.factors[i, r] - np.array(fac)) <= TOL), (res.factors[i, r], fac)
+            # the semantic factor is the same sum in the same order: bit for bit
+            assert res.factors[i, r, 0] == fac[0]
+        assert np.all(res.slots[i, len(ref):] == -1)
+
+
+@FAST
+@given(arenas(), params, filters)
+def test_shadow_ranking_and_pool_statistics(arena, prm, flt):
+    gr, q, pad = arena
+    min_conf, vs = flt
+    c = gr.cols
+    golems = np.arange(gr.n_golems)
+    res = rt.retrieve(gr, golems, q, pad, NOW, prm, min_conf=min_conf, valence_sign=np.full(golems.size, vs))
+    for g in golems:
+        rows = eligible_rows(gr, int(g), q[g], pad[g], prm, min_conf, vs)
+        mult = {r[0]: 1.0 + float(c["salience"][r[0]]) * prm.salience_cap for r in rows}
+        shadow = ranked(rows, lambda r: r[1] * mult[r[0]], prm.top_k)
+        assert [int(s) for s in res.shadow[g] if s >= 0] == shadow
+        n, sum_emo, sum_val, best, best_score = res.pool[g]
+        assert n == len(rows)
+        assert abs(sum_emo - sum(r[2] for r in rows)) <= 1e-12 * max(1, len(rows))
+        assert abs(sum_val - sum(r[3] for r in rows)) <= 1e-12 * max(1, len(rows))
+        nonneg = [r for r in rows if r[3] >= 0]
+        if nonneg:
+            top = ranked(nonneg, lambda r: r[1], 1)[0]
+            assert best == top
+            assert abs(best_score - next(r[1] for r in nonneg if r[0] == top)) <= TOL
+        else:
+            assert best == -1 and best_score == -np.inf
+
+
+@FAST
+@given(arenas(), params)
+def test_repeatable_and_batch_independent(arena, prm):
+    """A Golem's result does not depend on who else is in the batch, nor on the call."""
+    gr, q, pad = arena
+    golems = np.arange(gr.n_golems)
+    a = rt.retrieve(gr, golems, q, pad, NOW, prm)
+    for g in golems:
+        b = rt.retrieve(gr, np.array([g]), q[g:g + 1], pad[g:g + 1], NOW, prm)
+        for name in ("slots", "scores", "factors", "shadow", "pool"):
+            np.testing.assert_array_equal(getattr(a, name)[g], getattr(b, name)[0])
+
+
+# ----------------------------------------------------------------------------- the pieces
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 400), st.integers(0, 2**32 - 1))
+def test_dot_lanes_is_the_reference_sum_bit_for_bit(d, seed):
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal((3, d)).astype(np.float32)
+    qv = rng.standard_normal(d).astype(np.float32)
+    got = kernels.dot_lanes(e, 1, qv.astype(np.float64))
+    assert got == rt.semantic_dot(e[1], qv)
+    assert abs(got - float(e[1].astype(np.float64) @ qv.astype(np.float64))) <= 1e-12 * max(1.0, d)
+
+
+def test_exp2_within_an_ulp_or_two():
+    x = np.concatenate([np.linspace(-1100, 1100, 400_001), np.random.default_rng(0).uniform(-60, 5, 200_000),
+                        [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 1e-300, -1e-300]])
+    out = kernels.exp2_array(x, np.empty_like(x))
+    inside = (x > -1022) & (x < 1023)
+    ref = np.exp2(x[inside])
+    assert np.max(np.abs(out[inside] - ref) / ref) <= 4.5e-16
+    assert np.all(out[x == 0.0] == 1.0)               # exp2(0) is exactly 1: a just-recalled entry
+    assert np.all(out[x <= -1022] <= 2.3e-308) and np.all(out[x <= -1022] >= 0)
+    assert np.all(np.isfinite(out))
+
+
+def test_untagged_and_zero_pad_are_neutral():
+    gr = Grimoire(1, 4, 8)
+    rng = np.random.default_rng(3)
+    gr.count[0] = 4
+    gr.emb[:] = _unit(rng.standard_normal((4, 8))).astype(np.float32)
+    c = gr.cols
+    c["id"][:4] = np.arange(4)
+    c["created_ms"][:4] = NOW - DAY_MS
+    c["last_access_ms"][:4] = NOW
+    c["window_ms"][:4] = 10 * DAY_MS
+    c["has_tag"][:4] = [False, True, True, False]
+    c["p"][:4] = [0.9, 0.0, 0.5, -0.7]        # untagged entries' P is never read
+    c["i0"][:4] = [0.0, 0.5, 0.5, 0.0]
+    gr._stamp_unit_pad(np.arange(4))
+    c["up"][3] = 0.8                           # a stale unit vector on an untagged entry: still 0.5
+    res = rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32) / np.sqrt(8), np.array([[0.5, 0.5, 0.5]]),
+                      NOW, rt.RetrievalParams(top_k=4))
+    emo = {int(s): res.factors[0, r, 3] for r, s in enumerate(res.slots[0])}
+    assert emo[0] == 0.5 and emo[1] == 0.5 and emo[3] == 0.5
+    assert emo[2] > 0.5
+    assert res.pool[0, 0] == 4 and res.pool[0, 2] == pytest.approx(0.5)   # valence: tagged only
+
+
+def test_bytes_per_entry_is_o_d():
+    """SPEC §3.5 / issue 8: memory per Grimoire entry <= 4 d + 256 bytes."""
+    for d in (64, 384):
+        assert Grimoire(2, 8, d).bytes_per_entry() <= 4 * d + 256
+
+
+def test_parallel_kernel_is_the_serial_kernel():
+    """Large batches run their Golems on numba's threads: same bits as one thread."""
+    import numba
+    rng = np.random.default_rng(11)
+    gr = Grimoire(40, 2048, 16)
+    n = gr.n_golems * gr.capacity
+    c = gr.cols
+    gr.count[:] = rng.integers(1500, 2049, gr.n_golems)
+    gr.emb[:] = _unit(rng.standard_normal((n, 16))).astype(np.float32)
+    c["id"][:] = np.arange(n)
+    c["created_ms"][:] = NOW - rng.integers(0, 20 * DAY_MS, n)
+    c["last_access_ms"][:] = NOW - rng.integers(0, 8 * DAY_MS, n)
+    c["window_ms"][:] = 5 * DAY_MS
+    c["importance"][:] = rng.uniform(0, 1, n)
+    c["salience"][:] = rng.uniform(0, 1, n)
+    c["has_tag"][:] = rng.uniform(size=n) < 0.6
+    for k in "pad":
+        c[k][:] = rng.uniform(-1, 1, n)
+    c["i0"][:] = rng.uniform(0, 1, n)
+    gr._stamp_unit_pad(np.arange(n))
+    golems = rng.permutation(gr.n_golems)
+    q = _unit(rng.standard_normal((golems.size, 16))).astype(np.float32)
+    pad = rng.uniform(-1, 1, (golems.size, 3))
+    assert int(gr.count[golems].sum()) >= rt.PARALLEL_MIN_ENTRIES
+    prm = rt.RetrievalParams()
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = rt.retrieve(gr, golems, q, pad, NOW, prm)
+    finally:
+        numba.set_num_threads(threads)
+    many = rt.retrieve(gr, golems, q, pad, NOW, prm)
+    out = [np.empty_like(x) for x in (one.slots, one.scores, one.factors, one.shadow, one.pool)]
+    for a in out:
+        a.fill(0)
+    args = (golems, gr.count, gr.capacity, q, pad, np.zeros(golems.size, np.int8), np.int64(NOW), c["id"], gr.emb,
+            c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"], c["confidence"],
+            c["has_tag"], c["p"], c["up"], c["ua"], c["ud"], c["i0"], c["created_ms"], c["reactivated"],
+            c["last_react_ms"], np.asarray(prm.weights), prm.temporal_base, prm.half_life_days * DAY_MS,
+            prm.reactivation_boost, prm.charge_fading, prm.top_k, prm.salience_cap, 0.0, prm.live, *out)
+    kernels.retrieve_batch_parallel(*args)        # whatever retrieve() chose, run the parallel one too
+    for name, par in zip(("slots", "scores", "factors", "shadow", "pool"), out):
+        np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
+        np.testing.assert_array_equal(getattr(one, name), par)
