@@ -9,11 +9,12 @@ salience-multiplied one (and equals the shadow).
 How it is fast and still exact (docs/performance.md has the measurements and the rejected variants):
 
 - The slab is walked in blocks of `BLOCK` entries. Per block, pass 1 computes the dot products
-  (SIMD within each embedding row, the row `PREFETCH_BYTES` ahead prefetched), pass 2 the other
+  (SIMD within each embedding row; the row `PREFETCH_BYTES` ahead and the next block's entry
+  columns are prefetched, so loads stay in flight while the CPU computes), pass 2 the other
   factors and the score of every entry of the block at once (SIMD across entries, branch-free:
   an ineligible entry gets score -inf; the exponentials by `exp2` below instead of scalar libm
   calls), pass 3 the pool sums and, for the few entries that beat a current best, the top-k
-  insertions. The block's scratch lives on the stack (L1-resident, and provably distinct from the
+  insertions (a SIMD test skips the scalar walk for blocks with none, i.e. almost all of them). The block's scratch lives on the stack (L1-resident, and provably distinct from the
   inputs, so the compiler vectorises without runtime alias checks). The slab is read once.
 - The semantic dot product is accumulated in float64 (a float32 x float32 product is exact in
   float64, so a fused multiply-add adds it without rounding) over 32 lanes, lane = t mod 32, each
@@ -29,6 +30,8 @@ How it is fast and still exact (docs/performance.md has the measurements and the
 - Pool sums (emotional factor, valence) are four interleaved partial sums per block (j mod 4),
   combined pairwise and added block by block: a fixed order, so deterministic on every machine;
   they agree with a sequential sum to ~1e-15 relative.
+- `retrieve_batch_parallel` runs the same per-Golem function over numba's threads (prange over
+  Golems: each reads its own slab and writes its own rows, so results do not depend on threads).
 - Untagged entries have unit PAD 0, so their emotional factor is 0.5 without a branch; the kernel
   still forces 0.5 for them so a stale unit vector could not make it disagree with the reference.
 """
@@ -62,28 +65,43 @@ def _i32s(*idx):
 
 def _emit_row_s8(context, builder, eptr, qptr, dm):
     """Emit the lane loop for one row: returns its <8 x double> s8 = (v0 + v1) + (v2 + v3), where
-    lane l of v_c holds the sum over t = 8c + l (mod 32), t < dm, in increasing t."""
+    lane l of v_c holds the sum over t = 8c + l (mod 32), t < dm, in increasing t.
+
+    dm == 64 (the default embedding size) takes a straight-line copy of the same two steps."""
     intp = context.get_value_type(types.intp)
     f64v = ir.VectorType(ir.DoubleType(), 8)
     f32v = ir.VectorType(ir.FloatType(), 8)
     zero = ir.Constant(f64v, [0.0] * 8)
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64v, [f64v, f64v, f64v]), "llvm.fma.v8f64")
-    pre = builder.block
+
+    def step(i, accs):
+        out = []
+        for c, acc in enumerate(accs):
+            off = builder.add(i, ir.Constant(intp, 8 * c))
+            ve = builder.load(builder.bitcast(builder.gep(eptr, [off]), f32v.as_pointer()), align=4)
+            vq = builder.load(builder.bitcast(builder.gep(qptr, [off]), f64v.as_pointer()), align=8)
+            # fma(e, q, acc) == acc + e*q exactly: a float32 x float32 product is exact in float64
+            out.append(builder.call(fma, [builder.fpext(ve, f64v), vq, acc]))
+        return out
+
+    fast = builder.append_basic_block("dotl.d64")
+    check = builder.append_basic_block("dotl.check")
     loop = builder.append_basic_block("dotl.loop")
     done = builder.append_basic_block("dotl.done")
+    builder.cbranch(builder.icmp_signed("==", dm, ir.Constant(intp, 64)), fast, check)
+    builder.position_at_end(fast)
+    r64 = step(ir.Constant(intp, 32), step(ir.Constant(intp, 0), [zero] * 4))
+    fast_end = builder.block
+    builder.branch(done)
+    builder.position_at_end(check)
     builder.cbranch(builder.icmp_signed(">", dm, ir.Constant(intp, 0)), loop, done)
     builder.position_at_end(loop)
     i = builder.phi(intp)
-    i.add_incoming(ir.Constant(intp, 0), pre)
+    i.add_incoming(ir.Constant(intp, 0), check)
     accs = [builder.phi(f64v) for _ in range(4)]
-    news = []
-    for c, acc in enumerate(accs):
-        acc.add_incoming(zero, pre)
-        off = builder.add(i, ir.Constant(intp, 8 * c))
-        ve = builder.load(builder.bitcast(builder.gep(eptr, [off]), f32v.as_pointer()), align=4)
-        vq = builder.load(builder.bitcast(builder.gep(qptr, [off]), f64v.as_pointer()), align=8)
-        # fma(e, q, acc) == acc + e*q exactly: a float32 x float32 product is exact in float64
-        news.append(builder.call(fma, [builder.fpext(ve, f64v), vq, acc]))
+    for acc in accs:
+        acc.add_incoming(zero, check)
+    news = step(i, accs)
     nxt = builder.add(i, ir.Constant(intp, LANES))
     i.add_incoming(nxt, loop)
     for acc, new in zip(accs, news):
@@ -91,9 +109,10 @@ def _emit_row_s8(context, builder, eptr, qptr, dm):
     builder.cbranch(builder.icmp_signed("<", nxt, dm), loop, done)
     builder.position_at_end(done)
     r = [builder.phi(f64v) for _ in news]
-    for ph, new in zip(r, news):
-        ph.add_incoming(zero, pre)
+    for ph, new, v64 in zip(r, news, r64):
+        ph.add_incoming(zero, check)
         ph.add_incoming(new, loop)
+        ph.add_incoming(v64, fast_end)
     return builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3]))
 
 
@@ -324,6 +343,28 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
                 for t in range(0, d, 16):
                     _prefetch(emb, x + t)
             sem_b[j] = _dot_lanes_row(emb, s0 + j, q64, dm)
+            # the next block's entry columns, one line per column as j crosses it
+            if b0 + BLOCK + j < n:
+                x = s0 + BLOCK + j
+                if x % 8 == 0:
+                    _prefetch(ids, x)
+                    _prefetch(last_access_ms, x)
+                    _prefetch(window_ms, x)
+                    _prefetch(up, x)
+                    _prefetch(ua, x)
+                    _prefetch(ud, x)
+                    _prefetch(created_ms, x)
+                    _prefetch(last_react_ms, x)
+                if x % 16 == 0:
+                    _prefetch(confidence, x)
+                    _prefetch(p_tag, x)
+                    _prefetch(i0, x)
+                    _prefetch(importance, x)
+                    _prefetch(sal, x)
+                if x % 64 == 0:
+                    _prefetch(status, x)
+                    _prefetch(has_tag, x)
+                    _prefetch(reactivated, x)
         if dm < d:
             for j in range(m):
                 e = emb[s0 + j]
