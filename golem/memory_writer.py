@@ -27,6 +27,7 @@ class Candidates:
     cols: dict[str, list] = field(default_factory=dict)
     emb: list[np.ndarray] = field(default_factory=list)
     topics: list[np.ndarray] = field(default_factory=list)
+    n: int = 0            # rows so far (kept, not recounted: add() is called once per event seen)
 
     def add(self, emb: np.ndarray, topics: list[str] | np.ndarray, **cols) -> None:
         n = emb.shape[0]
@@ -34,7 +35,11 @@ class Candidates:
             return
         self.emb.append(np.asarray(emb, dtype=np.float64))
         self.topics.append(np.asarray(topics, dtype=object))
-        have_before = sum(e.shape[0] for e in self.emb[:-1])
+        have_before = self.n
+        self.n += n
+        if self.cols and set(cols) | set(DEFAULTS) != set(self.cols):
+            missing = (set(self.cols) ^ (set(cols) | set(DEFAULTS)))
+            raise ValueError(f"candidate columns {sorted(missing)} missing in one add() call")
         for k, v in DEFAULTS.items():
             if k not in cols:
                 cols[k] = v
@@ -43,11 +48,6 @@ class Candidates:
         for k, v in cols.items():
             arr = np.asarray(v, dtype=object) if isinstance(v, str) else np.asarray(v)
             self.cols.setdefault(k, []).append(np.broadcast_to(arr, (n,)).copy())
-        length = sum(e.shape[0] for e in self.emb)
-        for k in self.cols:
-            have = sum(x.shape[0] for x in self.cols[k])
-            if have != length:
-                raise ValueError(f"candidate column {k} missing in one add() call")
 
     def build(self) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
         if not self.emb:
