@@ -173,5 +173,6 @@ def _write_lessons(mind, g: int, now_ms: int, lessons) -> list[int]:
         return []
     for (anchor, members), eid in zip(lessons, rows["id"]):
         gr.links[int(eid)] = tuple(int(x) for x in c["id"][members])
+    rows["clade"] = mind.pop.clade[rows["golem"]]
     mind.pending_entries.append(rows)
     return [int(x) for x in rows["id"]]

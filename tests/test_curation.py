@@ -267,3 +267,20 @@ market:
     off = run_scenario(s, tmp_path / "off", sets=["reflex.promotion_min=2", "reflex.promotion=auto"],
                        environ={"GOLEM_REFLEX": "off"})
     assert events(off.run_dir, "reflex").height == 0
+
+
+def test_lessons_are_written_and_recorded_in_a_run(tmp_path):
+    from conftest import run_scenario
+    s = tmp_path / "old.yaml"
+    s.write_text("name: old\nduration: 12h\nseed: 3\ngolems:\n  - {count: 2, asset: ETH, prefill: 60}\n")
+    res = run_scenario(s, tmp_path / "r")
+    lessons = table(res.run_dir, "entries").filter(pl.col("category") == "lesson")
+    assert lessons.height > 0 and (lessons["kind"] == "lesson").all()
+    cur = payloads(events(res.run_dir, "curator"))
+    assert sum(len(p["lessons"]) for p in cur) == lessons.height
+    gr = res.world.gr
+    for eid in lessons["id"]:
+        members = gr.links[int(eid)]
+        assert len(members) >= 3
+        s_ = [gr.slot_of(m) for m in members]
+        assert gr.cols["consolidated"][s_].all()
