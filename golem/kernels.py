@@ -14,8 +14,9 @@ How it is fast and still exact (docs/performance.md has the measurements and the
   factors and the score of every entry of the block at once (SIMD across entries, branch-free:
   an ineligible entry gets score -inf; the exponentials by `exp2` below instead of scalar libm
   calls), pass 3 the pool sums and, for the few entries that beat a current best, the top-k
-  insertions (a SIMD test skips the scalar walk for blocks with none, i.e. almost all of them). The block's scratch lives on the stack (L1-resident, and provably distinct from the
-  inputs, so the compiler vectorises without runtime alias checks). The slab is read once.
+  insertions (a SIMD test skips the scalar walk for blocks with none, i.e. almost all of them).
+  The block's scratch lives on the stack (L1-resident, and provably distinct from the inputs, so
+  the compiler vectorises without runtime alias checks). The slab is read once.
 - The semantic dot product is accumulated in float64 (a float32 x float32 product is exact in
   float64, so a fused multiply-add adds it without rounding) over 32 lanes, lane = t mod 32, each
   lane in increasing t, combined in a fixed pairwise order, then the d mod 32 tail in order. The
@@ -50,7 +51,7 @@ POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE = r
 
 #: lanes of the semantic dot product (4 vectors of 8 float64)
 LANES = 32
-#: entries per block (scratch: 8 arrays x BLOCK x 8 bytes = 16 KB, L1-resident)
+#: entries per block (scratch: 7 float64 + 1 bool arrays of BLOCK = 14.6 KB, L1-resident)
 BLOCK = 256
 #: how far ahead of the row being scored its embedding is prefetched (keeps ~4 KB of loads in
 #: flight: bandwidth x latency; without it the dot-product pass reads at ~88 % of a plain stream)
@@ -215,8 +216,24 @@ _stack_bool = _stack_block(np.bool_)
 
 
 # ----------------------------------------------------------------------------- scalar helpers
-# 2^f = e^(f ln 2) on |f| <= 1/2: Taylor coefficients ln2^i / i!, i = 0..13 (truncation < 1e-17)
-_EXP2_C = tuple(math.log(2.0) ** i / math.factorial(i) for i in range(14))
+# 2^f = e^(f ln 2) on |f| <= 1/2: Taylor coefficients ln2^i / i!, i = 0..13 (truncation < 1e-17),
+# written out (not computed at import) so no platform's libm can change a bit of them
+_EXP2_C = (
+    1.0,
+    0.6931471805599453,
+    0.2402265069591007,
+    0.055504108664821576,
+    0.009618129107628477,
+    0.0013333558146428441,
+    0.00015403530393381606,
+    1.5252733804059838e-05,
+    1.3215486790144305e-06,
+    1.0178086009239696e-07,
+    7.054911620801121e-09,
+    4.44553827187081e-10,
+    2.5678435993488196e-11,
+    1.3691488853904124e-12,
+)
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _EXP2_C
 
 

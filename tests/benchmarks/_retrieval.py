@@ -241,7 +241,7 @@ class Tuned:
         np.copyto(sc, f32(-np.inf), where=nelig)
         np.multiply(sc, self.salm[sl], out=sh)
         served = sh if prm.live else sc
-        sc2, sh2, sv2 = sc.reshape(b, cap), sh.reshape(b, cap), served.reshape(b, cap)
+        sh2, sv2 = sh.reshape(b, cap), served.reshape(b, cap)
         slots = np.empty((b, K), np.int64)
         shadow = np.empty((b, K), np.int64)
         for i in range(b):

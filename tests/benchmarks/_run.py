@@ -14,8 +14,9 @@ bookkeeping outside the state functions) is "scheduling".
     decision    Mind.decide and Mind.act, minus the retrieval inside
     write       Mind.reflect (candidates, gating, the memory writer, flashbulbs)
     curator     Mind._maintenance and Mind.dream (curator, contrarian, dreams)
-    clade       World.push and World.deliver (Clade messages, contagion, inherited copies)
-    recording   World.emit (minus pushes), World.flush, World._record_market
+    clade       World.push and World.deliver (Clade messages, contagion, inherited copies),
+                minus the recording of each delivery's rows
+    recording   World.emit (minus pushes), World.flush (with its checkpoint), World._record_*
     scheduling  the rest: SimPy, the heartbeat loop, Mind.tick's own bookkeeping
 
 After the run, in the same process, it measures the retrieval floor of one cohort tick on the
@@ -82,7 +83,9 @@ def instrument(timer: PhaseTimer) -> None:
             setattr(owner, name, timer.wrap(fn, phase))
 
     patch(W.World, "observe", "market")
-    patch(W.World, "_record_market", "recording")
+    for name in ("_record_market", "_record_heartbeats", "_record_retrievals", "_record_entries", "_record_events",
+                 "_record_snapshot"):
+        patch(W.World, name, "recording")       # also when called from a Clade delivery
     patch(W.World, "emit", "recording")
     patch(W.World, "flush", "recording")
     patch(W.World, "push", "clade")
@@ -109,11 +112,12 @@ def retrieval_floor(world, rounds: int = 7) -> dict:
     floor = R.Floor(gr, n)
     now = int(world.now_ms)
     t = R.alternate({
-        "kernel": lambda: rt.retrieve(gr, golems, q, pad, now, prm),
+        "kernel": lambda: rt.retrieve(gr, golems, q, pad, now, prm),      # as the engine runs it
+        "kernel_1t": lambda: R.kernel(gr, golems, q, pad, now, prm, threads=1),
         "sgemv": lambda: floor.sgemv(golems, q),
         "stream": lambda: R.stream_read(gr),
     }, rounds=rounds, clock=time.perf_counter)
-    return {"kernel_s": t["kernel"], "sgemv_s": t["sgemv"], "stream_s": t["stream"],
+    return {"kernel_s": t["kernel"], "kernel_1t_s": t["kernel_1t"], "sgemv_s": t["sgemv"], "stream_s": t["stream"],
             "arena_entries": int(gr.count.sum()), "embedding_bytes": int(gr.emb.nbytes)}
 
 

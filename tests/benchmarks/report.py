@@ -116,7 +116,7 @@ def whole_run(capacity: int, record: bool, duration: str | None) -> dict:
 
 def runs_table(runs: list[dict]) -> str:
     head = ("| capacity | recording | Golem-ticks/s | ms per tick (1,000 Golems) | retrieval floor ms | tick / floor | "
-            "kernel ms (same arena) | peak RSS MB | " + " | ".join(f"{p} %" for p in PHASES) + " |")
+            "kernel ms, 2 threads / 1 (same arena) | peak RSS MB | " + " | ".join(f"{p} %" for p in PHASES) + " |")
     out = [head, "|" + "---:|" * (8 + len(PHASES))]
     for r in runs:
         fl = r["floor"]
@@ -124,7 +124,7 @@ def runs_table(runs: list[dict]) -> str:
         out.append(
             f"| {r['capacity']:,} | {'on' if r['record'] else 'off'} | {r['golem_ticks_per_s']:,.0f} | "
             f"{1e3 * r['s_per_cohort_tick']:.1f} | {1e3 * fl['sgemv_s']:.1f} | {r['s_per_cohort_tick'] / fl['sgemv_s']:.1f} | "
-            f"{1e3 * fl['kernel_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
+            f"{1e3 * fl['kernel_s']:.1f} / {1e3 * fl.get('kernel_1t_s', float('nan')):.1f} | {r['peak_rss_mb']:,.0f} | "
             + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
     return "\n".join(out)
 
