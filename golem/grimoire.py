@@ -225,8 +225,6 @@ class Grimoire:
                 self.cols[k][slots] = v
         self._stamp_unit_pad(np.asarray(slots))
 
-    def live_mask(self, g: int) -> np.ndarray:
-        return self.cols["id"][self.slab(g)] >= 0
 
 
 _RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "last_reflex_ms": np.iinfo(np.int64).min // 2,

@@ -633,7 +633,6 @@ class Mind:
 
     def _die(self, ix: np.ndarray, obs: Observation, v: np.ndarray, out: TickOutput) -> None:
         """TERMINAL: equanimity, a death reflection pushed to the Clade, then DEAD."""
-        from golem import clade  # noqa: F401  (the push itself is delivered by the world)
         pop, cfg = self.pop, self.cfg
         pop.pad[ix] = mortality.terminal_drift(pop.pad[ix], cfg.mortality.terminal_drift)
         cand = Candidates()
@@ -685,9 +684,6 @@ def _sel(common: dict, mask) -> dict:
     for k, v in common.items():
         out[k] = v[mask] if isinstance(v, np.ndarray) and v.ndim == 1 else v
     return out
-
-
-_EVENT_SLOTS: dict[str, int] = {}
 
 
 def _kind_slot(kind: str) -> int:

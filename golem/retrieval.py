@@ -5,7 +5,6 @@ reference below is the spec written out entry by entry and is what the kernel is
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numba
@@ -187,18 +186,6 @@ def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, 
     slots[last] = best_nonneg
     scores[last] = best_nonneg_score
     return slots, scores, True
-
-
-def negative_share(valence: np.ndarray) -> float:
-    return float((valence < 0).mean()) if valence.size else 0.0
-
-
-def hours_between(now_ms: int, then_ms: int) -> float:
-    return (now_ms - then_ms) / HOUR_MS
-
-
-def temporal(hours: float, base: float = 0.995) -> float:
-    return base ** hours
 
 
 __all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",

@@ -53,7 +53,6 @@ def _progress_cb(progress: Progress, task, duration_s: float):
 
 
 def summary_table(manifest: dict, world) -> Table:
-    import numpy as np
     pop = world.pop
     t = Table(title=f"{manifest['scenario']['name']} (seed {manifest['seed']})", show_lines=False)
     for col in ("clade", "golems", "alive", "mean P", "mean A", "mean D", "value", "P&L %"):

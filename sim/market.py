@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.rng import hash_uniform
+from golem.rng import uniform as hash_uniform_array
 
 SEVERITIES = ("none", "low", "medium", "high")
 EVENT_KINDS = ("exploit", "rug_pull", "depeg", "gas_spike", "oracle_failure", "flash_crash", "liquidation",
@@ -42,11 +42,11 @@ class MarketEvent:
     detect_jitter_ms: int = 0
     early_detectors: tuple[int, ...] = ()
 
-    def lag_for(self, seed: int, golem_id: int, event_index: int) -> int:
-        if golem_id in self.early_detectors:
-            return 0
-        u = hash_uniform(seed, golem_id, event_index, 7)
-        return self.detect_lag_ms + int(u * self.detect_jitter_ms)
+    def lags_for(self, seed: int, golem_ids: np.ndarray, event_index: int) -> np.ndarray:
+        """Each Golem's probe lag (ms) for this event: 0 for early detectors, else lag + U(0, jitter)."""
+        u = hash_uniform_array(seed, golem_ids, event_index, 7)
+        lag = self.detect_lag_ms + (u * self.detect_jitter_ms).astype(np.int64)
+        return np.where(np.isin(golem_ids, self.early_detectors), 0, lag)
 
 
 @dataclass
@@ -183,11 +183,11 @@ def probe_severity(tape: Tape, seed: int, golem_ids: np.ndarray, assets: np.ndar
     for ei, ev in enumerate(tape.events):
         if now_ms < ev.time_ms or now_ms > ev.time_ms + ev.duration_ms + ev.detect_lag_ms + ev.detect_jitter_ms:
             continue
-        for i in range(n):
-            if ev.asset >= 0 and assets[i] != ev.asset:
-                continue
-            lag = ev.lag_for(seed, int(golem_ids[i]), ei)
-            if ev.time_ms + lag <= now_ms <= ev.time_ms + lag + ev.duration_ms:
-                seen[i].append(ei)
-                sev[i] = max(sev[i], ev.severity)
+        start = ev.time_ms + ev.lags_for(seed, golem_ids, ei)
+        sees = (start <= now_ms) & (now_ms <= start + ev.duration_ms)
+        if ev.asset >= 0:
+            sees &= assets == ev.asset
+        for i in np.flatnonzero(sees):   # only the Golems that see it
+            seen[i].append(ei)
+        sev = np.where(sees, np.maximum(sev, ev.severity), sev).astype(np.int8)
     return sev, seen

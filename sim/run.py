@@ -1,7 +1,6 @@
 """A run end to end: scenario + config layers -> tape -> world -> run directory (SPEC §13)."""
 from __future__ import annotations
 
-import os
 import platform
 import shutil
 import signal
@@ -11,7 +10,6 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -174,8 +172,6 @@ def drive(world: World, manifest: dict, run_dir: Path, record: bool, until_s: fl
     return RunResult(run_dir, world, manifest, wall)
 
 
-def env_for_run() -> dict[str, str]:
-    return dict(os.environ)
 
 
-__all__ = ["execute", "prepare", "RunResult", "InputError", "Any"]
+__all__ = ["execute", "prepare", "RunResult", "InputError"]

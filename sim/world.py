@@ -22,7 +22,7 @@ from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
 from sim.recorder import list_column
-from sim.rng import hash_uniform_array
+from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
 
 

@@ -62,3 +62,12 @@ def payloads(df: pl.DataFrame) -> list[dict]:
 @pytest.fixture(scope="session")
 def bull_run(tmp_path_factory):
     return run_scenario("bull_run", tmp_path_factory.mktemp("bull") / "run")
+
+
+def cli(*args):
+    """Invoke `golem-sim` in-process: (exit code, stdout and stderr together)."""
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    return r.exit_code, r.output

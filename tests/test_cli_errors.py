@@ -4,9 +4,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from sim.cli import app
+from conftest import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = """name: t
@@ -17,8 +16,7 @@ golems:
 
 
 def _run(args):
-    r = CliRunner().invoke(app, args)
-    return r.exit_code, r.output   # stdout and stderr together
+    return cli(*args)
 
 
 @pytest.mark.parametrize("text, expect", [

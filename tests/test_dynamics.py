@@ -2,7 +2,6 @@
 shadow rank, anti-rumination, six-factor profile, somatic markers, reflection, mortality."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -110,17 +109,23 @@ def test_run_reactivates_tags(flash_run):
     assert r["reactivated"].sum() > 0
 
 
+def _random_arena(rng, golems, cap, n, **over):
+    """An arena of n random entries (random PAD, importance, confidence, access times) for property tests."""
+    gr = gm.Grimoire(golems, cap, 8)
+    vals = dict(last_access_ms=rng.integers(0, DAY, n), importance=rng.random(n).astype(np.float32),
+                confidence=rng.random(n).astype(np.float32), p=rng.uniform(-1, 1, n), a=rng.uniform(-1, 1, n),
+                d=rng.uniform(-1, 1, n))
+    vals.update(over)
+    gr.insert(rng.integers(0, golems, n), rng.normal(size=(n, 8)), vals)
+    return gr
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 60))
 def test_emotional_decay_never_changes_confidence_or_content(seed, days):
     rng = np.random.default_rng(seed)
-    gr = gm.Grimoire(2, 20, 8)
-    n = 30
-    gr.insert(rng.integers(0, 2, n), rng.normal(size=(n, 8)),
-              dict(created_ms=rng.integers(0, DAY, n), last_access_ms=rng.integers(0, DAY, n), window_ms=np.inf,
-                   importance=rng.random(n).astype(np.float32), confidence=rng.random(n).astype(np.float32),
-                   has_tag=True, p=rng.uniform(-1, 1, n), a=rng.uniform(-1, 1, n), d=rng.uniform(-1, 1, n),
-                   i0=rng.random(n).astype(np.float32), decay_class=gm.STRUCTURAL))
+    gr = _random_arena(rng, 2, 20, 30, created_ms=rng.integers(0, DAY, 30), window_ms=np.inf, has_tag=True,
+                       i0=rng.random(30).astype(np.float32), decay_class=gm.STRUCTURAL)
     before = {k: gr.cols[k].copy() for k in ("confidence", "importance", "decay_class", "p", "a", "d", "i0", "outcome")}
     emb = gr.emb.copy()
     q = rng.normal(size=(2, 8)).astype(np.float32)
@@ -134,13 +139,8 @@ def test_emotional_decay_never_changes_confidence_or_content(seed, days):
 @given(st.integers(0, 2**31), st.floats(0.0, 1.0))
 def test_shadow_mode_never_changes_served_ids(seed, cap):
     rng = np.random.default_rng(seed)
-    gr = gm.Grimoire(3, 30, 8)
-    n = 80
-    gr.insert(rng.integers(0, 3, n), rng.normal(size=(n, 8)),
-              dict(created_ms=0, last_access_ms=rng.integers(0, DAY, n), window_ms=30.0 * DAY,
-                   importance=rng.random(n).astype(np.float32), confidence=rng.random(n).astype(np.float32),
-                   salience=rng.random(n).astype(np.float32), has_tag=rng.random(n) < 0.7,
-                   p=rng.uniform(-1, 1, n), a=rng.uniform(-1, 1, n), d=rng.uniform(-1, 1, n), i0=np.float32(0.5)))
+    gr = _random_arena(rng, 3, 30, 80, created_ms=0, window_ms=30.0 * DAY, salience=rng.random(80).astype(np.float32),
+                       has_tag=rng.random(80) < 0.7, i0=np.float32(0.5))
     q = rng.normal(size=(3, 8)).astype(np.float32)
     pad = rng.uniform(-1, 1, (3, 3))
     plain = retrieve(gr, np.arange(3), q, pad, DAY, RetrievalParams(salience_cap=0.0))

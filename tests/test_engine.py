@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pytest
 
 from conftest import ROOT, SCENARIOS, run_scenario, table
 from sim.recorder import SCHEMAS, TABLES

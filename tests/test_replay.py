@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from sim.cli import app
+from conftest import cli
+
 from sim.market import generate
 from sim.recorder import WRITE_OPTS, content_hashes, table_files
 from sim.run import execute
@@ -28,11 +28,6 @@ golems:
   - {count: 3, clade: eth, asset: ETH}
   - {count: 2, clade: btc, asset: BTC, strategy: mean_reversion, interval: 450, start: 100}
 """
-
-
-def cli(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    return r.exit_code, r.output
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+
+from conftest import cli
 
 from sim import checkpoint as ckm
-from sim.cli import app
 from sim.recorder import TABLES, content_hashes
 from sim.run import execute
 
@@ -37,11 +37,6 @@ golems:
   - {count: 4, clade: a, asset: ETH}
   - {count: 3, clade: b, asset: BTC, interval: 450, start: 100}
 """
-
-
-def cli(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    return r.exit_code, r.output
 
 
 @pytest.fixture(scope="module")

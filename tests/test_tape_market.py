@@ -8,20 +8,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from conftest import cli
 
-from sim.cli import app
 from sim.run import execute
 from sim.tapes import read_tape
 
 ROOT = Path(__file__).resolve().parents[1]
 BTC = Path(__file__).resolve().parents[2] / "shared" / "data" / "btc"
 H = 3_600_000
-
-
-def cli(*args):
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    return r.exit_code, r.output
 
 
 def ms(*args) -> int:
