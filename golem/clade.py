@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from golem import grimoire as gm
-from golem import pad as padm
 
 SIGNALS = ("THREAT", "OPPORTUNITY", "WISDOM")
 
@@ -35,34 +34,59 @@ def capture(gr: gm.Grimoire, slot: int) -> dict:
     return entry
 
 
-def receive(mind, receiver: int, sender: int, entry: dict, alert_type: str, now_ms: int,
-            latency_ms: int, attenuation: float) -> dict:
-    """Store the inherited copy and apply contagion; returns the `events` row for the delivery.
+def receive(mind, parcels, now_ms: int, attenuation: float) -> list[dict]:
+    """Store the inherited copies and apply contagion for pushes arriving at one instant.
 
-    The copy keeps the sender's emotional tag (it is the sender's feeling that travels); its
-    confidence is the 'inherited' source (0.6) times the receiver's arousal encoding factor.
+    `parcels` is a list of (sender, entry, alert_type, receivers, latency_ms) in arrival order;
+    the receivers of one parcel are distinct, so a parcel is one vectorised step, and parcels are
+    applied in order (a receiver hit twice feels the second push on top of the first, and the
+    copy's confidence uses its arousal at that moment). All copies go into the Grimoire in one
+    insert, in the same order as one-by-one inserts would. The copy keeps the sender's emotional
+    tag (it is the sender's feeling that travels); its confidence is the 'inherited' source (0.6)
+    times the receiver's arousal encoding factor. Returns the `events` rows, one per delivery;
+    the `entries` rows of the stored copies go to `mind.pending_entries`.
     """
     gr, pop, cfg = mind.gr, mind.pop, mind.cfg
-    tag = (entry["p"], entry["a"], entry["d"]) if entry["has_tag"] else (0.0, 0.0, 0.0)
-    before = tuple(float(x) for x in pop.pad[receiver])
-    category = gm.CATEGORIES[int(entry["category"])]
-    values = {k: np.array([entry[k]]) for k in FIELDS if k != "id"}
-    conf = gm.initial_confidence(cfg.confidence.inherited, before[1], cfg.arousal.encoding_peak, cfg.arousal.encoding_width)
-    values.update(created_ms=now_ms, last_access_ms=now_ms, provenance=sender, curator_weight=1.0,
-                  confidence=np.array([conf]))
-    slots, ids = gr.insert(np.array([receiver]), entry["emb"][None, :], values)
-    after = padm.apply_contagion(before, tag, attenuation)
-    pop.pad[receiver] = after
-    sig = signal_type(alert_type, category, tag[0])
-    if slots[0] >= 0:
-        rows = {k: np.asarray(v).reshape(-1)[:1].copy() for k, v in values.items()}
-        rows.update(id=ids[:1], slot=slots[:1], golem=np.array([receiver]), clade=np.array([pop.clade[receiver]]),
-                    topic_name=np.array([mind.topic_name(int(entry["topic"]))], dtype=object),
-                    ttl_days=np.array([np.nan]), tick=np.array([pop.tick[receiver]]), event_kind=np.array([""], dtype=object),
-                    created_ms=np.array([now_ms]), provenance=np.array([sender]))
+    staged = []
+    for sender, entry, alert_type, recv, latency_ms in parcels:
+        tag = np.array([entry["p"], entry["a"], entry["d"]]) if entry["has_tag"] else np.zeros(3)
+        before = pop.pad[recv]                      # fancy indexing: a copy
+        after = before.copy()
+        after[:, :2] = np.clip(before[:, :2] + tag[:2] * attenuation, -1.0, 1.0)   # D is sovereign
+        pop.pad[recv] = after
+        conf = np.array([gm.initial_confidence(cfg.confidence.inherited, a, cfg.arousal.encoding_peak,
+                                               cfg.arousal.encoding_width) for a in before[:, 1].tolist()])
+        staged.append((sender, entry, alert_type, recv, latency_ms, tag, before, after, conf))
+    if not staged:
+        return []
+    n = [len(s[3]) for s in staged]
+    values = {k: np.repeat([s[1][k] for s in staged], n) for k in FIELDS if k != "id"}
+    recv_all = np.concatenate([s[3] for s in staged])
+    sender_all = np.repeat([s[0] for s in staged], n)
+    values.update(created_ms=np.full(recv_all.size, now_ms), last_access_ms=np.full(recv_all.size, now_ms),
+                  provenance=sender_all, curator_weight=np.ones(recv_all.size),
+                  confidence=np.concatenate([s[8] for s in staged]))
+    slots, ids = gr.insert(recv_all, np.repeat(np.stack([s[1]["emb"] for s in staged]), n, axis=0), values)
+    stored = slots >= 0
+    if stored.any():
+        rows = {k: v[stored] for k, v in values.items()}
+        topics = np.repeat(np.array([mind.topic_name(int(s[1]["topic"])) for s in staged], dtype=object), n)
+        k = int(stored.sum())
+        rows.update(id=ids[stored], slot=slots[stored], golem=recv_all[stored], clade=pop.clade[recv_all[stored]],
+                    topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
+                    event_kind=np.full(k, "", dtype=object))
         mind.pending_entries.append(rows)
-    return dict(time_ms=now_ms, golem_id=receiver, clade_id=int(pop.clade[receiver]), kind="contagion",
-                tick=int(pop.tick[receiver]), entry_id=int(ids[0]), other_golem=sender, value=after[1] - before[1],
-                payload={"alert_type": alert_type, "signal": sig, "latency_ms": latency_ms,
-                         "sender_entry": int(entry["id"]), "pad_before": list(before), "pad_after": list(after),
-                         "tag": list(tag), "inherited_confidence": conf, "stored": bool(slots[0] >= 0)})
+    events, at = [], 0
+    clade_of, tick_of = pop.clade, pop.tick
+    for sender, entry, alert_type, recv, latency_ms, tag, before, after, conf in staged:
+        sig = signal_type(alert_type, gm.CATEGORIES[int(entry["category"])], float(tag[0]))
+        tag_l, sender_entry = tag.tolist(), int(entry["id"])
+        for j, r in enumerate(recv.tolist()):
+            b, a = before[j].tolist(), after[j].tolist()
+            events.append(dict(time_ms=now_ms, golem_id=r, clade_id=int(clade_of[r]), kind="contagion",
+                               tick=int(tick_of[r]), entry_id=int(ids[at + j]), other_golem=sender, value=a[1] - b[1],
+                               payload={"alert_type": alert_type, "signal": sig, "latency_ms": int(latency_ms[j]),
+                                        "sender_entry": sender_entry, "pad_before": b, "pad_after": a, "tag": tag_l,
+                                        "inherited_confidence": float(conf[j]), "stored": bool(stored[at + j])}))
+        at += len(recv)
+    return events

@@ -39,7 +39,7 @@ from sim.market import MarketEvent, Tape
 from sim.recorder import TABLES, Recorder, atomic_write_json
 from sim.scenario import InputError
 
-FORMAT = 2
+FORMAT = 3
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 
@@ -113,13 +113,16 @@ def _pending(world) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
             continue  # a finished process' own event: nothing waits on it
         for cb in cbs:
             if isinstance(cb, Delivery):
-                k = seen.get(id(cb.entry))
-                if k is None:
-                    k = seen[id(cb.entry)] = len(entries)
-                    entries.append({f: v for f, v in cb.entry.items() if f != "emb"})
-                    arrays[f"entry/{k}"] = np.asarray(cb.entry["emb"])
-                items.append(dict(role="delivery", time=t, priority=prio, receiver=cb.receiver, sender=cb.sender,
-                                  entry=k, alert_type=cb.alert_type, delay_s=cb.delay_s))
+                parcels = []
+                for sender, entry, alert_type, recv, delays in cb.parcels:
+                    k = seen.get(id(entry))
+                    if k is None:
+                        k = seen[id(entry)] = len(entries)
+                        entries.append({f: v for f, v in entry.items() if f != "emb"})
+                        arrays[f"entry/{k}"] = np.asarray(entry["emb"])
+                    parcels.append(dict(sender=int(sender), entry=k, alert_type=alert_type,
+                                        receivers=[int(r) for r in recv], delays_s=[float(d) for d in delays]))
+                items.append(dict(role="delivery", time=t, priority=prio, parcels=parcels))
                 continue
             role = world.roles.get(getattr(cb, "__self__", None))
             if role == "reporter":
@@ -285,8 +288,9 @@ class Checkpoint:
             ev = world.at(float(item["time"]), int(item["priority"]))
             role = item["role"]
             if role == "delivery":
-                ev.callbacks.append(Delivery(world, int(item["receiver"]), int(item["sender"]), entries[item["entry"]],
-                                             item["alert_type"], float(item["delay_s"])))
+                ev.callbacks.append(Delivery(world, [
+                    (int(p["sender"]), entries[p["entry"]], p["alert_type"], np.array(p["receivers"], dtype=np.int64),
+                     np.array(p["delays_s"], dtype=np.float64)) for p in item["parcels"]]))
             elif role == "market":
                 world.start("market", world.market(first=ev))
             elif role == "flusher":

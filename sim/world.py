@@ -47,19 +47,20 @@ class RunInterrupted(Exception):
 
 
 class Delivery:
-    """A Clade push in flight to one receiver: the callback of its latency timeout.
+    """Clade pushes arriving at one instant: the callback of one SimPy event.
 
-    Kept as plain data (not a closure) so that a checkpoint can find and save it (sim.checkpoint).
+    `parcels` holds (sender, entry, alert_type, receivers, delays_s) in the order the pushes were
+    made, so one event per instant gives the same order as one event per receiver would (SimPy
+    runs equal times in creation order). Plain data, so a checkpoint can save it (sim.checkpoint).
     """
 
-    __slots__ = ("world", "receiver", "sender", "entry", "alert_type", "delay_s")
+    __slots__ = ("world", "parcels")
 
-    def __init__(self, world, receiver: int, sender: int, entry: dict, alert_type: str, delay_s: float):
-        self.world, self.receiver, self.sender = world, receiver, sender
-        self.entry, self.alert_type, self.delay_s = entry, alert_type, delay_s
+    def __init__(self, world, parcels: list[tuple]):
+        self.world, self.parcels = world, parcels
 
     def __call__(self, _event) -> None:
-        self.world.deliver(self.receiver, self.sender, self.entry, self.alert_type, self.delay_s)
+        self.world.deliver(self.parcels)
 
 
 @dataclass
@@ -263,8 +264,8 @@ class World:
                            gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, seen=seen)
 
     def emit(self, out: TickOutput) -> None:
-        for push in out.pushes:
-            self.push(push)
+        if out.pushes:
+            self.push(out.pushes)
         if self.rec is None:
             return
         self._record_deliveries()
@@ -279,35 +280,46 @@ class World:
         for snap in out.snapshots:
             self._record_snapshot(snap)
 
-    def push(self, push: dict) -> None:
-        """Schedule delivery of a pushed entry to every living sibling after the Clade's latency."""
+    def push(self, pushes: list[dict]) -> None:
+        """Schedule delivery of each pushed entry to every living sibling after the Clade's latency:
+        one SimPy event per arrival instant (with no jitter, all siblings of a push share one)."""
         if not self.cfg.clade.enabled:
             return
-        sender = push["sender"]
-        cl = int(self.pop.clade[sender])
-        sibs = np.flatnonzero((self.pop.clade == cl) & self.pop.alive)
-        sibs = sibs[sibs != sender]
-        if sibs.size == 0:
-            return
-        entry = cladem.capture(self.gr, push["slot"])
-        lat, jit = self.latency[cl]
-        u = hash_uniform_array(self.seed, sibs, push["entry_id"], 11)
-        delays = np.maximum(lat + jit * u, 0.001)
-        self.stats.pushes += 1
-        for r, dly in zip(sibs, delays):
-            ev = self.env.timeout(float(dly))
-            ev.callbacks.append(Delivery(self, int(r), sender, entry, push["alert_type"], float(dly)))
+        arrivals: dict[float, list[tuple]] = {}
+        for push in pushes:
+            sender = push["sender"]
+            cl = int(self.pop.clade[sender])
+            sibs = np.flatnonzero((self.pop.clade == cl) & self.pop.alive)
+            sibs = sibs[sibs != sender]
+            if sibs.size == 0:
+                continue
+            entry = cladem.capture(self.gr, push["slot"])
+            lat, jit = self.latency[cl]
+            u = hash_uniform_array(self.seed, sibs, push["entry_id"], 11)
+            delays = np.maximum(lat + jit * u, 0.001)
+            self.stats.pushes += 1
+            times = self.env.now + delays
+            for t in np.unique(times).tolist():
+                at = times == t
+                arrivals.setdefault(t, []).append((sender, entry, push["alert_type"], sibs[at], delays[at]))
+        for t, parcels in arrivals.items():   # insertion order: first arrival of each instant
+            self.at(t).callbacks.append(Delivery(self, parcels))
 
-    def deliver(self, receiver: int, sender: int, entry: dict, alert_type: str, delay_s: float) -> None:
-        if not self.pop.alive[receiver] or receiver == sender:
-            return  # a dead Golem receives nothing
-        row = cladem.receive(self.mind, receiver, sender, entry, alert_type, self.now_ms, int(round(delay_s * 1000)),
-                             self.cfg.clade.contagion_attenuation)
-        self.stats.deliveries += 1
+    def deliver(self, parcels: list[tuple]) -> None:
+        """Pushes arrive: the living siblings store the copies and feel the contagion."""
+        alive = self.pop.alive
+        live = []
+        for sender, entry, alert_type, recv, delays in parcels:
+            keep = alive[recv] & (recv != sender)   # a dead Golem receives nothing
+            if keep.any():
+                live.append((sender, entry, alert_type, recv[keep], [int(round(d * 1000)) for d in delays[keep].tolist()]))
+        if not live:
+            return
+        rows = cladem.receive(self.mind, live, self.now_ms, self.cfg.clade.contagion_attenuation)
+        self.stats.deliveries += len(rows)
         if self.rec is not None:
-            # buffered: one recorder call per batch instead of two per delivery (a 100-Golem Clade
-            # turns one flashbulb into 99 deliveries)
-            self._delivered_events.append(row)
+            # buffered: one recorder call per batch (a 100-Golem Clade turns one flashbulb into 99 deliveries)
+            self._delivered_events.extend(rows)
             self._delivered_entries.extend(self.mind.pending_entries)
         self.mind.pending_entries = []
 
