@@ -174,11 +174,14 @@ class Grimoire:
         hits = np.flatnonzero(self.cols["id"] == entry_id)
         return int(hits[0]) if hits.size else -1
 
-    def insert(self, golem: np.ndarray, emb: np.ndarray, values: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def insert(self, golem: np.ndarray, emb: np.ndarray, values: dict[str, np.ndarray],
+               unit: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Write a batch of entries in the given order; returns (slots, ids).
 
         Full slabs evict their lowest importance*confidence*(1+salience) non-protected entry
         (archived ones first); a slab with nothing evictable refuses the write (slot -1).
+        `unit`: the rows are already `unit_rows` output (bulk imports normalise as they draw,
+        without an N x d float64 copy).
         """
         golem = np.asarray(golem, dtype=np.int64)
         c = self.cols
@@ -188,21 +191,19 @@ class Grimoire:
         ids = np.full(golem.size, -1, dtype=np.int64)
         ids[ok] = self.next_id + np.arange(int(ok.sum()))
         self.next_id += int(ok.sum())
-        evicted = c["id"][slots[ok]].copy()
-        for sl, eid in zip(slots[ok], evicted):
-            if eid >= 0:
-                self.recall_when.pop(int(eid), None)
-                self.links.pop(int(eid), None)
-                self.phrases.pop(int(eid), None)
         s = slots[ok]
+        evicted = c["id"][s]
+        for eid in evicted[evicted >= 0].tolist():
+            self.recall_when.pop(eid, None)
+            self.links.pop(eid, None)
+            self.phrases.pop(eid, None)
         for name, col in c.items():
-            col[s] = 0 if name not in _RESET else _RESET[name]
+            if name not in values:
+                col[s] = _RESET.get(name, 0)
         c["id"][s] = ids[ok]
         for name, v in values.items():
             c[name][s] = np.asarray(v)[ok] if np.ndim(v) else v
-        e = np.asarray(emb, dtype=np.float64)[ok]
-        nrm = np.linalg.norm(e, axis=1, keepdims=True)
-        self.emb[s] = (e / np.maximum(nrm, 1e-12)).astype(np.float32)
+        self.emb[s] = emb[ok] if unit else unit_rows(np.asarray(emb)[ok])
         self._stamp_unit_pad(s)
         if self.on_insert is not None and s.size:
             self.on_insert(s)
@@ -225,6 +226,12 @@ class Grimoire:
                 self.cols[k][slots] = v
         self._stamp_unit_pad(np.asarray(slots))
 
+
+
+def unit_rows(emb: np.ndarray) -> np.ndarray:
+    """Embeddings as stored: each row scaled to unit length in float64, then float32."""
+    e = np.asarray(emb, dtype=np.float64)
+    return (e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
 _RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "last_reflex_ms": np.iinfo(np.int64).min // 2,

@@ -175,7 +175,10 @@ class World:
             return
         rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(3,)))
         golem = np.repeat(np.arange(self.pop.n), counts)
-        emb = rng.standard_normal((total, self.gr.dim))
+        emb = np.empty((total, self.gr.dim), dtype=np.float32)   # drawn and normalised in chunks
+        for lo in range(0, total, 1 << 16):
+            hi = min(lo + (1 << 16), total)
+            emb[lo:hi] = gm.unit_rows(rng.standard_normal((hi - lo, self.gr.dim)))
         day = 86_400_000
         vals = dict(created_ms=-rng.integers(0, 30 * day, total), last_access_ms=-rng.integers(0, 5 * day, total),
                     window_ms=np.full(total, 60.0 * day), category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32),
@@ -183,7 +186,7 @@ class World:
                     importance=rng.uniform(0, 1, total).astype(np.float32),
                     salience=rng.uniform(0, 0.6, total).astype(np.float32), decay_class=gm.REGIME, has_tag=False,
                     outcome=rng.uniform(-1, 1, total).astype(np.float32), has_outcome=False, curator_weight=1.0)
-        self.gr.insert(golem, emb, vals)
+        self.gr.insert(golem, emb, vals, unit=True)
 
     # ---------------------------------------------------------------- processes
     def market(self, first=None):
