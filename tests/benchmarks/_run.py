@@ -21,7 +21,8 @@ bookkeeping outside the state functions) is "scheduling".
 
 After the run, in the same process, it measures the retrieval floor of one cohort tick on the
 final arena (one BLAS sgemv per Golem slab, batched: np.matmul over the stacked slabs), the
-kernel on the same arena and queries, and a stream read of the embeddings.
+kernel on the same arena and queries, a stream read of the embeddings, and the per-agent peer
+(`_peer.py`: as many simplified Golems, one SimPy process and numpy calls each, 20 ticks).
 """
 from __future__ import annotations
 
@@ -121,26 +122,9 @@ def retrieval_floor(world, rounds: int = 7) -> dict:
             "arena_entries": int(gr.count.sum()), "embedding_bytes": int(gr.emb.nbytes)}
 
 
-def shim_entries_clade() -> None:
-    """Curator lesson rows reach World._record_entries without a clade column in some engine
-    versions (KeyError at the first lesson); fill it from the population, benchmark-side only."""
-    import sim.world as W
-    rec = W.World._record_entries
-    if getattr(rec, "_shim", False):
-        return
-
-    def record_entries(self, e):
-        if "clade" not in e:
-            e = dict(e, clade=self.pop.clade[e["golem"]])
-        return rec(self, e)
-    record_entries._shim = True
-    W.World._record_entries = record_entries
-
-
 def whole_run(capacity: int, duration: str | None, record: bool, out: Path | None = None, seed: int | None = None,
               phases: bool = True, floor: bool = True) -> dict:
     from sim.run import execute
-    shim_entries_clade()
     timer = PhaseTimer()
     if phases:
         instrument(timer)
@@ -170,7 +154,22 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
     }
     if floor:
         out_d["floor"] = retrieval_floor(world)
+        import _peer
+        out_d["peer"] = _peer.run(golems=int(world.pop.n), ticks=20, capacity=capacity, dim=world.gr.dim)
     return out_d
+
+
+def in_child(capacity: int, record: bool, duration: str | None) -> dict:
+    """`whole_run` in a fresh process (its own peak RSS, no JIT or arena left from before)."""
+    import subprocess
+    cmd = [sys.executable, str(HERE / "_run.py"), "--capacity", str(capacity), "--json"]
+    if duration:
+        cmd += ["--duration", duration]
+    if not record:
+        cmd.append("--no-record")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> None:

@@ -28,8 +28,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 import _retrieval as R  # noqa: E402
-
-PHASES = ("market", "appraisal", "retrieval", "decision", "write", "curator", "clade", "recording", "scheduling")
+from _run import PHASES, in_child  # noqa: E402
 
 
 def machine() -> str:
@@ -103,28 +102,19 @@ def retrieval_table(rows: list[dict]) -> str:
 
 
 # ----------------------------------------------------------------------------- whole runs
-def whole_run(capacity: int, record: bool, duration: str | None) -> dict:
-    cmd = [sys.executable, str(HERE / "_run.py"), "--capacity", str(capacity), "--json"]
-    if duration:
-        cmd += ["--duration", duration]
-    if not record:
-        cmd.append("--no-record")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
-                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def runs_table(runs: list[dict]) -> str:
     head = ("| capacity | recording | Golem-ticks/s | ms per tick (1,000 Golems) | retrieval floor ms | tick / floor | "
-            "kernel ms, 2 threads / 1 (same arena) | peak RSS MB | " + " | ".join(f"{p} %" for p in PHASES) + " |")
-    out = [head, "|" + "---:|" * (8 + len(PHASES))]
+            "kernel ms, 2 threads / 1 (same arena) | per-agent peer Golem-ticks/s | engine / peer | peak RSS MB | "
+            + " | ".join(f"{p} %" for p in PHASES) + " |")
+    out = [head, "|" + "---:|" * (10 + len(PHASES))]
     for r in runs:
         fl = r["floor"]
         tot = max(r["run_s"], 1e-9)
         out.append(
             f"| {r['capacity']:,} | {'on' if r['record'] else 'off'} | {r['golem_ticks_per_s']:,.0f} | "
             f"{1e3 * r['s_per_cohort_tick']:.1f} | {1e3 * fl['sgemv_s']:.1f} | {r['s_per_cohort_tick'] / fl['sgemv_s']:.1f} | "
-            f"{1e3 * fl['kernel_s']:.1f} / {1e3 * fl.get('kernel_1t_s', float('nan')):.1f} | {r['peak_rss_mb']:,.0f} | "
+            f"{1e3 * fl['kernel_s']:.1f} / {1e3 * fl['kernel_1t_s']:.1f} | {r['peer']['golem_ticks_per_s']:,.0f} | "
+            f"{r['golem_ticks_per_s'] / r['peer']['golem_ticks_per_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
             + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
     return "\n".join(out)
 
@@ -171,7 +161,7 @@ def main(argv=None) -> None:
         for cap in (1024, 4096):
             for rec in (True, False):
                 print(f"  whole run capacity={cap} record={rec} ...", file=sys.stderr, flush=True)
-                runs.append(whole_run(cap, rec, duration))
+                runs.append(in_child(cap, rec, duration))
         report["runs"] = runs
         print(f"## Whole runs (scenarios/bench.yaml, duration {duration or '10d'})\n")
         print(runs_table(runs) + "\n")

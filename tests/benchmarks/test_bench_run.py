@@ -12,7 +12,6 @@ default is the scenario's 10 days).
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,20 +20,12 @@ from pathlib import Path
 
 import pytest
 
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DURATION = os.environ.get("GOLEM_BENCH_DURATION") or None
-
-
-def run_child(capacity: int, record: bool, duration: str | None = DURATION) -> dict:
-    cmd = [sys.executable, str(HERE / "_run.py"), "--capacity", str(capacity), "--json"]
-    if duration:
-        cmd += ["--duration", duration]
-    if not record:
-        cmd.append("--no-record")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+sys.path.insert(0, str(HERE))
+from _run import in_child  # noqa: E402
 
 
 @pytest.mark.parametrize("capacity", [1024, 4096])
@@ -44,7 +35,7 @@ def test_whole_run(benchmark, capacity, record):
     box = {}
 
     def once():
-        box["r"] = run_child(capacity, record)
+        box["r"] = in_child(capacity, record, DURATION)
     benchmark.pedantic(once, rounds=1, iterations=1)
     r = box["r"]
     fl = r["floor"]
@@ -53,7 +44,8 @@ def test_whole_run(benchmark, capacity, record):
         golem_ticks_per_s=round(r["golem_ticks_per_s"]), ms_per_cohort_tick=round(1e3 * r["s_per_cohort_tick"], 2),
         floor_ms_per_tick=round(1e3 * floor_tick, 2), tick_over_floor=round(r["s_per_cohort_tick"] / floor_tick, 2),
         kernel_ms_per_tick=round(1e3 * fl["kernel_s"], 2), peak_rss_mb=round(r["peak_rss_mb"]),
-        bytes_per_entry=r["bytes_per_entry"], phases_s={k: round(v, 2) for k, v in r["phases_s"].items()})
+        bytes_per_entry=r["bytes_per_entry"], peer_golem_ticks_per_s=round(r["peer"]["golem_ticks_per_s"]),
+        engine_over_peer=round(r["golem_ticks_per_s"] / r["peer"]["golem_ticks_per_s"], 2), phases_s={k: round(v, 2) for k, v in r["phases_s"].items()})
     assert r["golem_ticks"] > 0
 
 
