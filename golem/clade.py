@@ -34,7 +34,7 @@ def capture(gr: gm.Grimoire, slot: int) -> dict:
     return entry
 
 
-def receive(mind, parcels, now_ms: int, attenuation: float) -> list[dict]:
+def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -> tuple[int, list[dict]]:
     """Store the inherited copies and apply contagion for pushes arriving at one instant.
 
     `parcels` is a list of (sender, entry, alert_type, receivers, latency_ms) in arrival order;
@@ -43,8 +43,9 @@ def receive(mind, parcels, now_ms: int, attenuation: float) -> list[dict]:
     copy's confidence uses its arousal at that moment). All copies go into the Grimoire in one
     insert, in the same order as one-by-one inserts would. The copy keeps the sender's emotional
     tag (it is the sender's feeling that travels); its confidence is the 'inherited' source (0.6)
-    times the receiver's arousal encoding factor. Returns the `events` rows, one per delivery;
-    the `entries` rows of the stored copies go to `mind.pending_entries`.
+    times the receiver's arousal encoding factor. Returns the number of deliveries and, when
+    `rows` (someone records them), their `events` rows; the `entries` rows of the stored copies
+    go to `mind.pending_entries`.
     """
     gr, pop, cfg = mind.gr, mind.pop, mind.cfg
     staged = []
@@ -58,7 +59,7 @@ def receive(mind, parcels, now_ms: int, attenuation: float) -> list[dict]:
                                                cfg.arousal.encoding_width) for a in before[:, 1].tolist()])
         staged.append((sender, entry, alert_type, recv, latency_ms, tag, before, after, conf))
     if not staged:
-        return []
+        return 0, []
     n = [len(s[3]) for s in staged]
     values = {k: np.repeat([s[1][k] for s in staged], n) for k in FIELDS if k != "id"}
     recv_all = np.concatenate([s[3] for s in staged])
@@ -69,13 +70,15 @@ def receive(mind, parcels, now_ms: int, attenuation: float) -> list[dict]:
     slots, ids = gr.insert(recv_all, np.repeat(np.stack([s[1]["emb"] for s in staged]), n, axis=0), values)
     stored = slots >= 0
     if stored.any():
-        rows = {k: v[stored] for k, v in values.items()}
+        copies = {k: v[stored] for k, v in values.items()}
         topics = np.repeat(np.array([mind.topic_name(int(s[1]["topic"])) for s in staged], dtype=object), n)
         k = int(stored.sum())
-        rows.update(id=ids[stored], slot=slots[stored], golem=recv_all[stored], clade=pop.clade[recv_all[stored]],
+        copies.update(id=ids[stored], slot=slots[stored], golem=recv_all[stored], clade=pop.clade[recv_all[stored]],
                     topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
                     event_kind=np.full(k, "", dtype=object))
-        mind.pending_entries.append(rows)
+        mind.pending_entries.append(copies)
+    if not rows:
+        return recv_all.size, []
     events, at = [], 0
     clade_of, tick_of = pop.clade, pop.tick
     for sender, entry, alert_type, recv, latency_ms, tag, before, after, conf in staged:
@@ -89,4 +92,4 @@ def receive(mind, parcels, now_ms: int, attenuation: float) -> list[dict]:
                                         "sender_entry": sender_entry, "pad_before": b, "pad_after": a, "tag": tag_l,
                                         "inherited_confidence": float(conf[j]), "stored": bool(stored[at + j])}))
         at += len(recv)
-    return events
+    return recv_all.size, events

@@ -318,8 +318,9 @@ class World:
                 live.append((sender, entry, alert_type, recv[keep], [int(round(d * 1000)) for d in delays[keep].tolist()]))
         if not live:
             return
-        rows = cladem.receive(self.mind, live, self.now_ms, self.cfg.clade.contagion_attenuation)
-        self.stats.deliveries += len(rows)
+        n, rows = cladem.receive(self.mind, live, self.now_ms, self.cfg.clade.contagion_attenuation,
+                                 rows=self.rec is not None)
+        self.stats.deliveries += n
         if self.rec is not None:
             # buffered: one recorder call per batch (a 100-Golem Clade turns one flashbulb into 99 deliveries)
             self._delivered_events.extend(rows)
