@@ -598,8 +598,8 @@ class Mind:
         cfg, pop = self.cfg, self.pop
         nth = pop.tick[ix] + 1
         if cfg.curator.enabled:
-            for g in ix[nth % cfg.curator.every_ticks == 0]:
-                figures = curatorm.curate(self, int(g), obs.now_ms)
+            due = ix[nth % cfg.curator.every_ticks == 0]
+            for g, figures in zip(due, curatorm.passes(self, due, obs.now_ms)):
                 out.events.append(self._event(obs.now_ms, int(g), "curator", value=figures["valence_correction"],
                                               payload=figures))
                 for eid in figures["reflex_proposals"]:
