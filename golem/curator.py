@@ -1,10 +1,12 @@
 """Curator (SPEC §7): counter emotional lock-in by rebalancing, re-evaluating and consolidating.
 
-The pass itself is in `golem.curation`; this module holds the formulas of the spec.
+The formulas of the spec come first, then the pass (`passes`, batched over the Golems due).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 
 def emotional_balance(pleasures: Sequence[float], arousals: Sequence[float], n_total: int,
@@ -22,26 +24,19 @@ def emotional_balance(pleasures: Sequence[float], arousals: Sequence[float], n_t
     return -mean_valence * valence_gain, max(mean_arousal - arousal_floor, 0.0) * -arousal_gain
 
 
-def curator_weights(pleasures: Sequence[float], arousals: Sequence[float], tagged: Sequence[bool],
+def curator_weights(pleasures: np.ndarray, arousals: np.ndarray, tagged: np.ndarray,
                     mean_valence: float, valence_correction: float, arousal_correction: float,
-                    minority_threshold: float = 0.5, high_arousal: float = 0.5) -> list[float]:
+                    minority_threshold: float = 0.5, high_arousal: float = 0.5) -> np.ndarray:
     """Per-entry curator weight: minority-sign entries 1 + |valence_correction| when the batch is
     lopsided (|mean valence| > 0.5); entries with A > 0.5 get 1 + arousal_correction (< 1)."""
-    out = []
-    lopsided = abs(mean_valence) > minority_threshold
-    for p, a, t in zip(pleasures, arousals, tagged):
-        w = 1.0
-        if t and lopsided and p != 0 and (p > 0) != (mean_valence > 0):
-            w *= 1.0 + abs(valence_correction)
-        if t and a > high_arousal:
-            w *= 1.0 + arousal_correction
-        out.append(w)
-    return out
+    p = np.asarray(pleasures, dtype=np.float64)
+    tagged = np.asarray(tagged, dtype=bool)
+    minority = tagged & (abs(mean_valence) > minority_threshold) & (p != 0) & ((p > 0) != (mean_valence > 0))
+    w = np.where(minority, 1.0 + abs(valence_correction), 1.0)
+    return np.where(tagged & (np.asarray(arousals, dtype=np.float64) > high_arousal), w * (1.0 + arousal_correction), w)
 
 
 # --- the pass ---------------------------------------------------------------------------------
-
-import numpy as np  # noqa: E402
 
 from golem import grimoire as gm  # noqa: E402
 from golem import reflex  # noqa: E402
@@ -58,21 +53,34 @@ def heat(access_count: np.ndarray) -> np.ndarray:
 def consolidation_groups(scope: np.ndarray, topic: np.ndarray, created_ms: np.ndarray, consolidated: np.ndarray,
                          category: np.ndarray, now_ms: int, min_entries: int = 3, min_age_days: float = 30.0):
     """Indices of groups of >= min_entries episodes sharing scope + topic, every one older than
-    min_age_days and not yet consolidated (each group becomes one lesson)."""
+    min_age_days and not yet consolidated (each group becomes one lesson), by (scope, topic)."""
     old = (now_ms - created_ms) > min_age_days * DAY_MS
-    ok = old & ~consolidated & (category == gm.CATEGORIES.index("episode"))
-    groups = []
-    keys = {}
-    for i in np.flatnonzero(ok):
-        keys.setdefault((int(scope[i]), int(topic[i])), []).append(int(i))
-    for key in sorted(keys):
-        if len(keys[key]) >= min_entries:
-            groups.append(np.array(keys[key], dtype=np.int64))
-    return groups
+    idx = np.flatnonzero(old & ~consolidated & (category == gm.CATEGORIES.index("episode")))
+    idx = idx[np.lexsort((idx, topic[idx], scope[idx]))]
+    key_change = (np.diff(scope[idx]) != 0) | (np.diff(topic[idx]) != 0)
+    return [grp for grp in np.split(idx, np.flatnonzero(key_change) + 1) if grp.size >= min_entries]
 
 
 def curate(mind, g: int, now_ms: int) -> dict:
     """One curator pass for Golem g (SPEC §7); returns the figures of its `events` row."""
+    return passes(mind, np.array([g]), now_ms)[0]
+
+
+def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
+    """Curator passes for `golems` (ascending ids); returns the figures of their `events` rows.
+
+    A pass reads and writes its own Golem's slab only, so the lessons of all of them are written
+    in one batch (ids in Golem order, as passes one after the other would number them) between
+    consolidation and the heat / reflex step, which sees them as it would after a single pass.
+    """
+    runs = [_rebalance(mind, int(g), now_ms) for g in golems]
+    lesson_ids = _write_lessons(mind, now_ms, [(int(g), lessons) for g, (_, _, lessons) in zip(golems, runs)])
+    return [_finish_pass(mind, int(g), now_ms, slots, figures, ids)
+            for g, (figures, slots, _), ids in zip(golems, runs, lesson_ids)]
+
+
+def _rebalance(mind, g: int, now_ms: int):
+    """Steps 1-4 of a pass: (figures so far, the slab's live slots, [(anchor, members)] to consolidate)."""
     gr, cfg, pop = mind.gr, mind.cfg, mind.pop
     cu = cfg.curator
     c = gr.cols
@@ -87,22 +95,21 @@ def curate(mind, g: int, now_ms: int) -> dict:
     mean_a = float(c["a"][tagged].astype(np.float64).sum()) / max(int(recent.size), 1)
     n_reweighted = 0
     if cu.balance and recent.size:
-        w = curator_weights(c["p"][recent].astype(float), c["a"][recent].astype(float), c["has_tag"][recent],
-                            mean_v, vc, ac, cu.minority_threshold, cfg.arousal.high_band)
-        w = np.asarray(w)
+        w = curator_weights(c["p"][recent], c["a"][recent], c["has_tag"][recent], mean_v, vc, ac, cu.minority_threshold,
+                            cfg.arousal.high_band)
         c["curator_weight"][recent] = w
         n_reweighted = int((w != 1.0).sum())
-    # 2. re-evaluate arousal-biased insights when calm
+    # 2. re-evaluate arousal-biased insights when calm: the counterfactual re-run without the mood's bias
     n_reeval = n_contra = 0
     if pop.pad[g, 1] < cu.calm_arousal:
         biased = slots[c["arousal_bias"][slots] & (c["category"][slots] == gm.CATEGORIES.index("insight"))]
-        for s in biased:
-            agree = np.sign(c["outcome"][s]) == np.sign(c["raw_outcome"][s])
-            c["confidence"][s] = gm.propagate_confidence(float(c["confidence"][s]), bool(agree),
-                                                         cfg.confidence.validation, cfg.confidence.contradiction)
-            n_contra += int(not agree)
-            c["outcome"][s] = c["raw_outcome"][s]   # the counterfactual re-run without the mood's bias
-            c["arousal_bias"][s] = False
+        agree = np.sign(c["outcome"][biased]) == np.sign(c["raw_outcome"][biased])
+        conf = c["confidence"][biased].astype(np.float64)   # gm.propagate_confidence, entry by entry
+        c["confidence"][biased] = np.minimum(1.0, np.maximum(0.0, np.where(
+            agree, conf + cfg.confidence.validation, conf - cfg.confidence.contradiction)))
+        n_contra = int((~agree).sum())
+        c["outcome"][biased] = c["raw_outcome"][biased]
+        c["arousal_bias"][biased] = False
         n_reeval = int(biased.size)
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
     protected = (c["decay_class"][slots] == gm.STRUCTURAL) | c["flashbulb"][slots] | (c["salience"][slots] >= 0.7)
@@ -131,48 +138,62 @@ def curate(mind, g: int, now_ms: int) -> dict:
         anchor = members[np.lexsort((members, -c["salience"][members]))[0]]
         lessons.append((anchor, members))
         c["consolidated"][members] = True
-    lesson_ids = _write_lessons(mind, g, now_ms, lessons)
-    # 5. reflex candidates, heat, low-confidence flags
+    figures = {"n_entries": int(recent.size), "n_tagged": int(tagged.size), "mean_valence": mean_v, "mean_arousal": mean_a,
+               "valence_correction": vc, "arousal_correction": ac, "reweighted": n_reweighted, "reevaluated": n_reeval,
+               "reevaluation_contradicted": n_contra, "promoted": int(up.sum()), "demoted": int(down.sum()),
+               "archived": int(archive.size)}
+    return figures, slots, lessons
+
+
+def _finish_pass(mind, g: int, now_ms: int, slots: np.ndarray, figures: dict, lesson_ids: list[int]) -> dict:
+    """Step 5 of a pass, after the lessons are in: reflex candidates, heat, low-confidence flags."""
+    gr, cfg = mind.gr, mind.cfg
+    c = gr.cols
     c["heat"][slots] = heat(c["access_count"][slots].astype(np.float64))
     c["low_conf"][slots] = (c["confidence"][slots] < cfg.confidence.low_flag) & (c["access_count"][slots] >= cfg.confidence.low_flag_accesses)
     props = reflex.proposals(gr, g, now_ms, cfg.reflex.promotion_min, cfg.reflex.promotion_window_days)
     applied = cfg.reflex.promotion == "auto"
     if applied and props.size:
         reflex.promote(gr, props)
-    pop.curator_last_ms[g] = now_ms
-    return {"n_entries": int(recent.size), "n_tagged": int(tagged.size), "mean_valence": mean_v, "mean_arousal": mean_a,
-            "valence_correction": vc, "arousal_correction": ac, "reweighted": n_reweighted, "reevaluated": n_reeval,
-            "reevaluation_contradicted": n_contra, "promoted": int(up.sum()), "demoted": int(down.sum()),
-            "archived": int(archive.size), "lessons": lesson_ids, "reflex_proposals": [int(x) for x in c["id"][props]],
-            "reflex_applied": bool(applied and props.size), "low_confidence": int(c["low_conf"][slots].sum()),
-            "balance": bool(cu.balance)}
+    mind.pop.curator_last_ms[g] = now_ms
+    return dict(figures, lessons=lesson_ids, reflex_proposals=c["id"][props].tolist(), reflex_applied=bool(applied and props.size),
+                low_confidence=int(c["low_conf"][slots].sum()), balance=bool(cfg.curator.balance))
 
 
-def _write_lessons(mind, g: int, now_ms: int, lessons) -> list[int]:
-    """One lesson entry per consolidated group, framed on its highest-salience episode."""
-    if not lessons:
-        return []
+def _write_lessons(mind, now_ms: int, lessons: list[tuple[int, list]]) -> list[list[int]]:
+    """One lesson entry per consolidated group, framed on its highest-salience episode, for every
+    (Golem, [(anchor, members)]) in one write; returns each Golem's lesson ids."""
+    out = [[] for _ in lessons]
+    flat = [(i, g, j, anchor, members) for i, (g, ls) in enumerate(lessons) for j, (anchor, members) in enumerate(ls)]
+    if not flat:
+        return out
     from golem.memory_writer import KINDS, Candidates, write
     gr, cfg = mind.gr, mind.cfg
     c = gr.cols
+    golem = np.array([g for _, g, _, _, _ in flat], dtype=np.int64)
+    anchor = np.array([a for _, _, _, a, _ in flat], dtype=np.int64)
+    mean_outcome = np.array([float(c["outcome"][m].mean()) for *_, m in flat])
     cand = Candidates()
-    for j, (anchor, members) in enumerate(lessons):
-        cand.add(gr.emb[anchor:anchor + 1].astype(np.float64), [mind.topic_name(int(c["topic"][anchor]))],
-                 p=float(c["p"][anchor]), a=float(c["a"][anchor]), d=float(c["d"][anchor]),
-                 has_tag=bool(c["has_tag"][anchor]), emotion=int(c["emotion"][anchor]), label=int(c["label"][anchor]),
-                 value=1.0, pnl=0.0, signals=0, provenance=-1, tick=int(mind.pop.tick[g]), flashbulb=False,
-                 first_sighting=True, force_internal=False, arousal_bias=False, golem=g, scope=int(c["scope"][anchor]),
-                 seq=50 + j, kind=KINDS.index("lesson"), role=2, category=gm.CATEGORIES.index("lesson"),
-                 decay_class=gm.REGIME, source_conf=cfg.confidence.inferred,
-                 importance=float(c["importance"][members].max()), outcome=float(c["outcome"][members].mean()),
-                 has_outcome=bool(c["has_outcome"][members].any()), event_kind="", force=True,
-                 raw_outcome=float(c["outcome"][members].mean()),
-                 regime=int(c["regime"][anchor]))
+    cand.add(gr.emb[anchor].astype(np.float64), [mind.topic_name(t) for t in c["topic"][anchor].tolist()],
+             p=c["p"][anchor].astype(np.float64), a=c["a"][anchor].astype(np.float64), d=c["d"][anchor].astype(np.float64),
+             has_tag=c["has_tag"][anchor], emotion=c["emotion"][anchor], label=c["label"][anchor],
+             value=1.0, pnl=0.0, signals=0, provenance=-1, tick=mind.pop.tick[golem], flashbulb=False,
+             first_sighting=True, force_internal=False, arousal_bias=False, golem=golem, scope=c["scope"][anchor],
+             seq=50 + np.array([j for _, _, j, _, _ in flat]), kind=KINDS.index("lesson"), role=2,
+             category=gm.CATEGORIES.index("lesson"), decay_class=gm.REGIME, source_conf=cfg.confidence.inferred,
+             importance=np.array([float(c["importance"][m].max()) for *_, m in flat]), outcome=mean_outcome,
+             has_outcome=np.array([bool(c["has_outcome"][m].any()) for *_, m in flat]), event_kind="", force=True,
+             raw_outcome=mean_outcome, regime=c["regime"][anchor])
     rows = write(cfg, gr, cand, now_ms)
     if rows is None:
-        return []
-    for (anchor, members), eid in zip(lessons, rows["id"]):
-        gr.links[int(eid)] = tuple(int(x) for x in c["id"][members])
+        return out
+    # each Golem's written ids in order, matched with its lessons in order (a refused write
+    # shifts the match, as it did one Golem at a time)
+    for i, (g, ls) in enumerate(lessons):
+        ids = rows["id"][rows["golem"] == g].tolist()
+        for (_, members), eid in zip(ls, ids):
+            gr.links[eid] = tuple(c["id"][members].tolist())
+        out[i] = ids
     rows["clade"] = mind.pop.clade[rows["golem"]]
     mind.pending_entries.append(rows)
-    return [int(x) for x in rows["id"]]
+    return out

@@ -202,16 +202,13 @@ class Mind:
         val = np.where(served & c["has_tag"][safe], c["p"][safe], 0.0)
         # anti-rumination (SPEC §4.3): the last 3 retrievals each > 80 % negative
         guard = (pop.neg_share[ix] > cfg.retrieval.rumination_negative_share).all(axis=1)
+        rows, pos = rt.anti_rumination(slots, scores, val, res.pool, guard)
         fired = np.zeros(ix.size, dtype=bool)
-        for i in np.flatnonzero(guard):
-            ns, nsc, f = rt.anti_rumination(slots[i], scores[i], val[i], int(res.pool[i, 3]), float(res.pool[i, 4]))
-            if f:
-                slots[i], scores[i], fired[i] = ns, nsc, True
-                j = int(np.flatnonzero(ns == res.pool[i, 3])[0])
-                res.factors[i, j] = rt.entry_factors(gr, int(ns[j]), query[i], tuple(s["pad"][i]), obs.now_ms, self.prm)
-                res.factors[i, j, 1] = self.prm.temporal_base ** res.factors[i, j, 1]
-                out.events.append(self._event(obs.now_ms, int(ix[i]), "anti_rumination", entry_id=int(c["id"][ns[j]]),
-                                              value=float(pop.neg_share[ix[i]].mean())))
+        fired[rows] = True
+        if rows.size:
+            res.factors[rows, pos] = rt.served_factors(gr, slots[rows, pos], query[rows], s["pad"][rows], obs.now_ms, self.prm)
+            out.events.extend(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][slots[rows, pos]],
+                                           values=pop.neg_share[ix[rows]].mean(axis=1)))
         served = slots >= 0
         safe = np.where(served, slots, 0)
         val = np.where(served & c["has_tag"][safe], c["p"][safe], 0.0)
@@ -224,7 +221,7 @@ class Mind:
         react = served & (sem >= cfg.decay.reactivation_cosine) & (c["topic"][safe] == topic[:, None]) & c["has_tag"][safe]
         rs = slots[react]
         c["reactivated"][rs] = True
-        np.add.at(c["react_count"], rs, 1)
+        c["react_count"][rs] += 1   # distinct slots (see rt.touch)
         c["last_react_ms"][rs] = obs.now_ms
         # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
         has_out = served & c["has_outcome"][safe]
@@ -276,7 +273,10 @@ class Mind:
             changed = pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
         else:
             changed = np.zeros(ix.size, dtype=bool)
-        contra_ids = [[int(x) for x in c["id"][p[p >= 0]]] if pend else [] for p, pend in zip(pop.contrarian_pending[ix], pending)]
+        contra_ids = [[] for _ in range(ix.size)]
+        for i in np.flatnonzero(pending):
+            p = pop.contrarian_pending[ix[i]]
+            contra_ids[i] = c["id"][p[p >= 0]].tolist()
         pop.contrarian_pending[ix[pending]] = -1
         novelty = np.nan_to_num(res.factors[:, 0, 0], nan=-1.0) < cfg.escalation.novelty_threshold
         tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
@@ -598,8 +598,8 @@ class Mind:
         cfg, pop = self.cfg, self.pop
         nth = pop.tick[ix] + 1
         if cfg.curator.enabled:
-            for g in ix[nth % cfg.curator.every_ticks == 0]:
-                figures = curatorm.curate(self, int(g), obs.now_ms)
+            due = ix[nth % cfg.curator.every_ticks == 0]
+            for g, figures in zip(due, curatorm.passes(self, due, obs.now_ms)):
                 out.events.append(self._event(obs.now_ms, int(g), "curator", value=figures["valence_correction"],
                                               payload=figures))
                 for eid in figures["reflex_proposals"]:
@@ -677,6 +677,13 @@ class Mind:
         return dict(time_ms=now_ms, golem_id=golem, clade_id=int(self.pop.clade[golem]) if golem >= 0 else -1, kind=kind,
                     tick=int(self.pop.tick[golem]) if golem >= 0 else -1, entry_id=entry_id, other_golem=other,
                     value=value, payload=payload or {})
+
+    def _events(self, now_ms: int, golems: np.ndarray, kind: str, entry_ids: np.ndarray, values: np.ndarray) -> list[dict]:
+        """`_event` rows for many Golems at once (without payload), built from whole columns."""
+        pop = self.pop
+        return [dict(time_ms=now_ms, golem_id=g, clade_id=cl, kind=kind, tick=t, entry_id=e, other_golem=-1, value=v, payload={})
+                for g, cl, t, e, v in zip(golems.tolist(), pop.clade[golems].tolist(), pop.tick[golems].tolist(),
+                                          entry_ids.tolist(), values.tolist())]
 
 
 def _sel(common: dict, mask) -> dict:
