@@ -37,7 +37,12 @@ class Observation:
     gas_ref: float
     regime: int
     probe_sev: np.ndarray                 # per cohort Golem, 0..3
-    seen: list[list[tuple[str, int, str]]]  # per cohort Golem: (kind, severity, tokens) of events seen now
+    events: list[tuple[str, int, str]]    # (kind, severity, tokens) of the events some cohort Golem sees now
+    sees: np.ndarray                      # (cohort Golems, events) bool: Golem i sees events[e]
+
+    def seeing(self, kinds) -> np.ndarray:
+        """Per cohort Golem: does it see an event of one of `kinds`?"""
+        return self.sees[:, [k in kinds for k, _, _ in self.events]].any(axis=1)
 
 
 @dataclass
@@ -118,9 +123,8 @@ class Mind:
         lm = pop.last_mem[ix]
         contradicted = ((np.abs(lm) >= 0.5) & (sgn != 0) & (np.sign(lm) != sgn)).astype(np.float64)
         held = pop.units[ix] > 1e-12
-        kinds = [{k for k, _, _ in s} for s in obs.seen]
-        exploit_held = held & np.array([bool(k & {"exploit", "rug_pull"}) for k in kinds], dtype=bool)
-        liquidation = held & np.array([("liquidation" in k) for k in kinds], dtype=bool)
+        exploit_held = held & obs.seeing(("exploit", "rug_pull"))
+        liquidation = held & obs.seeing(("liquidation",))
         # the strategy's stop: price more than stop_loss below its recent peak (trend window) while held
         wlag = (t[:, None] - np.arange(cfg.decision.trend_window)[None, :]) % HIST
         peak = np.nanmax(np.where(np.isnan(pop.price_hist[ix[:, None], wlag]), -np.inf, pop.price_hist[ix[:, None], wlag]), axis=1)
@@ -154,7 +158,7 @@ class Mind:
         tier = np.where(pos_marker & (sev < 2), 0, tier)
         return dict(asset=asset, price=price, ret=ret, lr=lr, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
                     regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, sgn=sgn,
-                    prediction=prediction, held=held, kinds=kinds, pad=pad, label=label,
+                    prediction=prediction, held=held, pad=pad, label=label,
                     emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
                     intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses,
                     pattern=pattern, neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=sval,
@@ -180,9 +184,9 @@ class Mind:
     def decide(self, ix: np.ndarray, obs: Observation, s: dict, out: TickOutput) -> dict:
         cfg, pop, gr = self.cfg, self.pop, self.gr
         base = self.lex.contexts(list(self.assets), s["asset"], list(self.regime_names), s["regime"], s["ret"], s["vol_ratio"])
-        for i, seen in enumerate(obs.seen):
-            if seen:
-                base[i] = self.lex.with_tokens(base[i], sorted({f"event:{k}" for k, _, _ in seen}), 1.5)
+        for kind in sorted({k for k, _, _ in obs.events}):   # each Golem adds its kinds' tokens in sorted order
+            rows = obs.seeing((kind,))
+            base[rows] = self.lex.with_tokens(base[rows], [f"event:{kind}"], 1.5)
         query = normalise(base)
         topic = np.array([topic_code(f"{self.assets[a]}/price-move") for a in s["asset"]], dtype=np.int32)
         if cfg.retrieval.mode == "somatic_hdc":
@@ -190,7 +194,8 @@ class Mind:
                                     s["regime"], s["asset"])
             res = rt.retrieve_somatic_hdc(gr, ix, query, s["pad"], obs.now_ms, self.prm, fps)
         elif cfg.retrieval.profile == "six_factor":
-            ev_topics = [{topic_code(f"{self.assets[s['asset'][i]]}/{k}") for k, _, _ in seen} for i, seen in enumerate(obs.seen)]
+            ev_topics = [{topic_code(f"{self.assets[a]}/{k}") for (k, _, _), seen in zip(obs.events, row) if seen}
+                         for a, row in zip(s["asset"], obs.sees)]
             res = rt.retrieve_six(gr, ix, query, s["pad"], obs.now_ms, self.prm, rt.six_factor_weights(cfg),
                                   s["asset"], obs.regime, ev_topics)
         else:
@@ -362,20 +367,24 @@ class Mind:
                      decay_class=np.where(low_band[keep], gm.EPHEMERAL, gm.TACTICAL), source_conf=cfg.confidence.own,
                      importance=np.clip(0.3 + 0.7 * np.abs(outcome[keep]), 0, 1), outcome=outcome[keep],
                      has_outcome=True, event_kind="")
-        # (2) one entry per distinct event seen (multi-event segmentation: never averaged)
-        for i in np.flatnonzero([bool(x) for x in obs.seen]):
-            for j, (kind, sev, tokens) in enumerate(sorted(set(obs.seen[i]))):
-                kid = _kind_slot(kind)
-                first_sight = not pop.protocol_seen[ix[i], kid]
-                pop.protocol_seen[ix[i], kid] = True
-                warn = sev >= 3
-                one = np.array([i])
-                cand.add(normalise(self.lex.with_tokens(dd["query"][i:i + 1].astype(np.float64)[0], [f"event:{kind}"], 2.0))[None, :],
-                         [f"{assets[i]}/{kind}"], **_sel(common, one), seq=1 + j, kind=K_EVENT, role=ROLE_OBS,
-                         category=CAT["warning"] if warn else CAT["episode"],
-                         decay_class=gm.REGIME if warn else gm.TACTICAL, source_conf=cfg.confidence.own,
-                         importance=0.5 + 0.15 * sev, outcome=0.0, has_outcome=False, event_kind=kind, tokens=tokens)
-                cand.cols["first_sighting"][-1][:] = first_sight
+        # (2) one entry per distinct event seen (multi-event segmentation: never averaged), the j-th
+        # of a Golem's events in sorted order with seq 1 + j; taken event by event in that order
+        distinct = sorted(set(obs.events))
+        sees = np.stack([obs.sees[:, [e == u for e in obs.events]].any(axis=1) for u in distinct], axis=1) \
+            if distinct else np.zeros((n, 0), dtype=bool)
+        rank = np.cumsum(sees, axis=1) - 1
+        for u, (kind, sev, tokens) in enumerate(distinct):
+            rows = np.flatnonzero(sees[:, u])
+            kid = _kind_slot(kind)
+            cols = _sel(common, rows)
+            cols["first_sighting"] = ~pop.protocol_seen[ix[rows], kid]
+            pop.protocol_seen[ix[rows], kid] = True
+            warn = sev >= 3
+            cand.add(normalise(self.lex.with_tokens(dd["query"][rows].astype(np.float64), [f"event:{kind}"], 2.0)),
+                     [f"{assets[i]}/{kind}" for i in rows], **cols, seq=1 + rank[rows, u], kind=K_EVENT, role=ROLE_OBS,
+                     category=CAT["warning"] if warn else CAT["episode"],
+                     decay_class=gm.REGIME if warn else gm.TACTICAL, source_conf=cfg.confidence.own,
+                     importance=0.5 + 0.15 * sev, outcome=0.0, has_outcome=False, event_kind=kind, tokens=tokens)
         # (3) the Golem's own action
         tr = ac["traded"]
         if tr.any():

@@ -72,15 +72,16 @@ def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
     if not cfg.reflex.enabled or not gr.recall_when:
         return res
     c = gr.cols
-    for i, seen in enumerate(obs.seen):
-        if not seen:
-            continue
+    rows = np.flatnonzero(obs.sees.any(axis=1))
+    # only Golems holding a reflex entry can fire
+    rows = rows[c["reflex"].reshape(gr.n_golems, gr.capacity)[ix[rows]].any(axis=1)]
+    for i in rows:
         g = int(ix[i])
         sl = gr.slab(g)
         slots = np.flatnonzero(c["reflex"][sl] & (c["id"][sl] >= 0)) + sl.start
         if slots.size == 0:
             continue
-        description = " ".join(tok for _, _, tok in seen)
+        description = " ".join(tok for (_, _, tok), seen in zip(obs.events, obs.sees[i]) if seen)
         cands = [(int(s), int(c["id"][s]), gr.recall_when.get(int(c["id"][s]), ()), int(c["last_reflex_ms"][s]))
                  for s in slots]
         hits = fire(description, cands, obs.now_ms, cfg.reflex.max_per_turn, int(cfg.reflex.cooldown_s * 1000))
@@ -88,7 +89,7 @@ def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
             continue
         for s, eid, ph in hits:
             c["last_reflex_ms"][s] = obs.now_ms
-        res[i] = [s for s, _, _ in hits]
+        res[int(i)] = [s for s, _, _ in hits]
         out.events.append(mind._event(obs.now_ms, g, "reflex", entry_id=hits[0][1], value=float(len(hits)),
                                       payload={"matched": [ph for _, _, ph in hits], "pool_size": int(slots.size),
                                                "served_ids": [e for _, e, _ in hits], "description": description}))

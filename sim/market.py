@@ -172,14 +172,15 @@ def generate(mcfg, duration_s: float, seed: int) -> Tape:
 
 
 def probe_severity(tape: Tape, seed: int, golem_ids: np.ndarray, assets: np.ndarray, now_ms: int):
-    """Per Golem: (max severity seen now on its asset or market-wide, kinds seen, tokens seen).
+    """Per Golem: max severity seen now on its asset or market-wide, and which events it sees.
 
-    An event is visible to a Golem from time + its detect lag for the event's duration. Kinds and
-    tokens are returned as lists of tuples (one per Golem) for the reflex lane and segmentation.
+    An event is visible to a Golem from time + its detect lag for the event's duration. Returns
+    (severity (n,), indices into tape.events of the events some Golem sees (E,), sees (n, E) bool)
+    for the reflex lane and segmentation.
     """
     n = golem_ids.size
     sev = np.zeros(n, dtype=np.int8)
-    seen: list[list[int]] = [[] for _ in range(n)]
+    visible, cols = [], []
     for ei, ev in enumerate(tape.events):
         if now_ms < ev.time_ms or now_ms > ev.time_ms + ev.duration_ms + ev.detect_lag_ms + ev.detect_jitter_ms:
             continue
@@ -187,7 +188,8 @@ def probe_severity(tape: Tape, seed: int, golem_ids: np.ndarray, assets: np.ndar
         sees = (start <= now_ms) & (now_ms <= start + ev.duration_ms)
         if ev.asset >= 0:
             sees &= assets == ev.asset
-        for i in np.flatnonzero(sees):   # only the Golems that see it
-            seen[i].append(ei)
-        sev = np.where(sees, np.maximum(sev, ev.severity), sev).astype(np.int8)
-    return sev, seen
+        if sees.any():
+            visible.append(ei)
+            cols.append(sees)
+            sev = np.where(sees, np.maximum(sev, ev.severity), sev).astype(np.int8)
+    return sev, np.array(visible, dtype=np.int64), np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype=bool)

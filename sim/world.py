@@ -261,10 +261,10 @@ class World:
         tape = self.tape
         now = self.now_ms
         i = max(0, tape.index_at(now + self.t0_ms))
-        sev, seen_idx = probe_severity(tape, self.seed, ix, self.pop.asset[ix], now + self.t0_ms)
-        seen = [[(tape.events[e].kind, tape.events[e].severity, tape.events[e].tokens) for e in s] for s in seen_idx]
+        sev, visible, sees = probe_severity(tape, self.seed, ix, self.pop.asset[ix], now + self.t0_ms)
+        events = [(tape.events[e].kind, tape.events[e].severity, tape.events[e].tokens) for e in visible]
         return Observation(now_ms=now, step=i, close=tape.close[i], tvl=tape.tvl[i], gas=float(tape.gas[i]),
-                           gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, seen=seen)
+                           gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, events=events, sees=sees)
 
     def emit(self, out: TickOutput) -> None:
         if out.pushes:
