@@ -8,6 +8,7 @@ needs, and the vectors never depend on the order in which contexts are first see
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
 
 import numpy as np
 
@@ -16,8 +17,10 @@ RET_STEP = 0.005
 RET_MAX = 6
 
 
+@lru_cache(maxsize=1 << 16)
 def topic_code(topic: str) -> int:
-    """Stable int32 code of a topic string (asset/protocol + event kind)."""
+    """Stable int32 code of a topic string (asset/protocol + event kind); cached, as every entry
+    written asks for one of a few names."""
     return zlib.crc32(topic.encode()) & 0x7FFFFFFF
 
 

@@ -188,7 +188,7 @@ class Mind:
             rows = obs.seeing((kind,))
             base[rows] = self.lex.with_tokens(base[rows], [f"event:{kind}"], 1.5)
         query = normalise(base)
-        topic = np.array([topic_code(f"{self.assets[a]}/price-move") for a in s["asset"]], dtype=np.int32)
+        topic = np.array([topic_code(f"{a}/price-move") for a in self.assets], dtype=np.int32)[s["asset"]]
         if cfg.retrieval.mode == "somatic_hdc":
             fps = self.fingerprints(s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2], s["emotion"], s["intensity"],
                                     s["regime"], s["asset"])
@@ -204,33 +204,36 @@ class Mind:
         c = gr.cols
         served = slots >= 0
         safe = np.where(served, slots, 0)
-        val = np.where(served & c["has_tag"][safe], c["p"][safe], 0.0)
+        tagged = served & c["has_tag"][safe]
+        val = np.where(tagged, c["p"][safe], 0.0)
         # anti-rumination (SPEC §4.3): the last 3 retrievals each > 80 % negative
         guard = (pop.neg_share[ix] > cfg.retrieval.rumination_negative_share).all(axis=1)
         rows, pos = rt.anti_rumination(slots, scores, val, res.pool, guard)
         fired = np.zeros(ix.size, dtype=bool)
         fired[rows] = True
         if rows.size:
-            res.factors[rows, pos] = rt.served_factors(gr, slots[rows, pos], query[rows], s["pad"][rows], obs.now_ms, self.prm)
-            out.events.extend(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][slots[rows, pos]],
+            new = slots[rows, pos]   # replaces a served entry: only these cells change
+            safe[rows, pos] = new
+            tagged[rows, pos] = c["has_tag"][new]
+            val[rows, pos] = np.where(tagged[rows, pos], c["p"][new], 0.0)
+            res.factors[rows, pos] = rt.served_factors(gr, new, query[rows], s["pad"][rows], obs.now_ms, self.prm)
+            out.events.extend(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
                                            values=pop.neg_share[ix[rows]].mean(axis=1)))
-        served = slots >= 0
-        safe = np.where(served, slots, 0)
-        val = np.where(served & c["has_tag"][safe], c["p"][safe], 0.0)
         nserved = served.sum(axis=1)
         share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
         pop.neg_share[ix] = np.concatenate([pop.neg_share[ix][:, 1:], share[:, None]], axis=1)
         rt.touch(gr, slots, obs.now_ms)
         # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
         sem = np.nan_to_num(res.factors[:, :, 0], nan=-1.0)
-        react = served & (sem >= cfg.decay.reactivation_cosine) & (c["topic"][safe] == topic[:, None]) & c["has_tag"][safe]
+        react = tagged & (sem >= cfg.decay.reactivation_cosine) & (c["topic"][safe] == topic[:, None])
         rs = slots[react]
         c["reactivated"][rs] = True
         c["react_count"][rs] += 1   # distinct slots (see rt.touch)
         c["last_react_ms"][rs] = obs.now_ms
         # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
         has_out = served & c["has_outcome"][safe]
-        wts = np.where(has_out, np.maximum(scores, 0.0) * c["confidence"][safe], 0.0)
+        conf = c["confidence"][safe]
+        wts = np.where(has_out, np.maximum(scores, 0.0) * conf, 0.0)
         outc = np.where(has_out, c["outcome"][safe], 0.0)
         wsum = wts.sum(axis=1)
         mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
@@ -247,8 +250,9 @@ class Mind:
             w_x, o_x = contrarian.weigh(self, ix, slots, scores)
             tot = wsum + w_x.sum(axis=1)
             mem = np.where(pending & (tot > 0), (mem * wsum + (w_x * o_x).sum(axis=1)) / np.maximum(tot, 1e-12), mem)
-        c["acted_on_count"][slots[served]] += 1   # the served ids drove the decision
-        c["last_acted_ms"][slots[served]] = obs.now_ms
+        acted = slots[served]   # the served ids drove the decision
+        c["acted_on_count"][acted] += 1
+        c["last_acted_ms"][acted] = obs.now_ms
         drove = np.where(has_out, slots, -1)
         pop.drove[ix] = drove
         pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
@@ -278,14 +282,17 @@ class Mind:
             changed = pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
         else:
             changed = np.zeros(ix.size, dtype=bool)
-        contra_ids = [[] for _ in range(ix.size)]
-        for i in np.flatnonzero(pending):
-            p = pop.contrarian_pending[ix[i]]
-            contra_ids[i] = c["id"][p[p >= 0]].tolist()
+        contra_ids = None   # no Golem weighed an overlooked section (lists only when one did)
+        if pending.any():
+            contra_ids = [[] for _ in range(ix.size)]
+            for i in np.flatnonzero(pending):
+                p = pop.contrarian_pending[ix[i]]
+                contra_ids[i] = c["id"][p[p >= 0]].tolist()
         pop.contrarian_pending[ix[pending]] = -1
         novelty = np.nan_to_num(res.factors[:, 0, 0], nan=-1.0) < cfg.escalation.novelty_threshold
         tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
-        low_conf = served & (c["confidence"][safe] < cfg.confidence.low_flag) & (c["access_count"][safe] >= cfg.confidence.low_flag_accesses)
+        low_conf = served & (conf < cfg.confidence.low_flag) & (c["access_count"][safe] >= cfg.confidence.low_flag_accesses)
+        ids = c["id"][safe]
         if cfg.retrieval.mode == "somatic_hdc":
             # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
             cu = s["pad"] / np.maximum(np.linalg.norm(s["pad"], axis=1, keepdims=True), 1e-8)
@@ -296,14 +303,14 @@ class Mind:
         out.retrievals = dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
             query_p=s["pad"][:, 0].copy(), query_a=s["pad"][:, 1].copy(), query_d=s["pad"][:, 2].copy(),
-            slots=slots, ids=np.where(served, c["id"][safe], -1), scores=np.where(served, scores, np.nan),
+            slots=slots, ids=np.where(served, ids, -1), scores=np.where(served, scores, np.nan),
             factors=res.factors, shadow_ids=np.where(res.shadow >= 0, c["id"][np.maximum(res.shadow, 0)], -1),
             pool_n=res.pool[:, 0].astype(np.int64),
             pool_mean_emotional=np.where(res.pool[:, 0] > 0, res.pool[:, 1] / np.maximum(res.pool[:, 0], 1), np.nan),
             pool_mean_valence=np.where(res.pool[:, 0] > 0, res.pool[:, 2] / np.maximum(res.pool[:, 0], 1), np.nan),
             served_mean_emotional=np.where(nserved > 0, served_emo.sum(axis=1) / np.maximum(nserved, 1), np.nan),
             served_mean_valence=np.where(nserved > 0, val.sum(axis=1) / np.maximum(nserved, 1), np.nan),
-            valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, c["id"][safe], -1),
+            valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, ids, -1),
             reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy(),
             contrarian_ids=contra_ids, contrarian_changed=changed)
         return dict(query=query, topic=topic, target=target, mem=mem, base_sig=base_sig, tier=tier,
@@ -359,10 +366,10 @@ class Mind:
                       first_sighting=False, force_internal=False, arousal_bias=a > cfg.arousal.high_band,
                       golem=ix, scope=s["asset"].astype(np.int32), regime=s["regime"])
         # (1) what just happened, filed under the context that led to it
-        assets = [self.assets[x] for x in s["asset"]]
+        asset = s["asset"]
         keep = ~s["first"]
         if keep.any():
-            cand.add(prev_ctx[keep], [f"{assets[i]}/price-move" for i in np.flatnonzero(keep)],
+            cand.add(prev_ctx[keep], self.topic_names(asset[keep], "price-move"),
                      **_sel(common, keep), seq=0, kind=K_PRICE, role=ROLE_OBS, category=CAT["episode"],
                      decay_class=np.where(low_band[keep], gm.EPHEMERAL, gm.TACTICAL), source_conf=cfg.confidence.own,
                      importance=np.clip(0.3 + 0.7 * np.abs(outcome[keep]), 0, 1), outcome=outcome[keep],
@@ -381,17 +388,16 @@ class Mind:
             pop.protocol_seen[ix[rows], kid] = True
             warn = sev >= 3
             cand.add(normalise(self.lex.with_tokens(dd["query"][rows].astype(np.float64), [f"event:{kind}"], 2.0)),
-                     [f"{assets[i]}/{kind}" for i in rows], **cols, seq=1 + rank[rows, u], kind=K_EVENT, role=ROLE_OBS,
+                     self.topic_names(asset[rows], kind), **cols, seq=1 + rank[rows, u], kind=K_EVENT, role=ROLE_OBS,
                      category=CAT["warning"] if warn else CAT["episode"],
                      decay_class=gm.REGIME if warn else gm.TACTICAL, source_conf=cfg.confidence.own,
                      importance=0.5 + 0.15 * sev, outcome=0.0, has_outcome=False, event_kind=kind, tokens=tokens)
         # (3) the Golem's own action
         tr = ac["traded"]
         if tr.any():
-            side = np.where(ac["dexp"][tr] > 0, "buy", "sell")
-            emb = np.stack([self.lex.with_tokens(dd["query"][i].astype(np.float64), [f"trade:{sd}"], 1.0)
-                            for i, sd in zip(np.flatnonzero(tr), side)])
-            cand.add(emb, [f"{assets[i]}/trade" for i in np.flatnonzero(tr)], **_sel(common, tr), seq=20,
+            side = np.where((ac["dexp"][tr] > 0)[:, None], self.lex.token("trade:buy"), self.lex.token("trade:sell"))
+            emb = dd["query"][tr].astype(np.float64) + 1.0 * side   # Lexicon.with_tokens, row by row
+            cand.add(emb, self.topic_names(asset[tr], "trade"), **_sel(common, tr), seq=20,
                      kind=K_TRADE, role=ROLE_ACT, category=CAT["episode"], decay_class=gm.EPHEMERAL,
                      source_conf=cfg.confidence.own, importance=np.clip(np.abs(ac["dexp"][tr]), 0, 1),
                      outcome=0.0, has_outcome=False, event_kind="")
@@ -400,13 +406,13 @@ class Mind:
         if miss.any():
             bias = np.where(a > cfg.arousal.high_band, 0.3 * p, 0.0)   # arousal bends the imagined alternative
             cf = np.clip(outcome + bias, -1, 1)
-            cand.add(prev_ctx[miss], [f"{assets[i]}/price-move" for i in np.flatnonzero(miss)], **_sel(common, miss),
+            cand.add(prev_ctx[miss], self.topic_names(asset[miss], "price-move"), **_sel(common, miss),
                      seq=30, kind=K_REGRET, role=ROLE_INS, category=CAT["insight"], decay_class=gm.REGIME,
                      source_conf=cfg.confidence.inferred, importance=0.6, outcome=cf[miss], has_outcome=True,
                      event_kind="")
         dom = d < -0.3
         if dom.any():
-            cand.add(prev_ctx[dom], [f"{assets[i]}/dominance-correction" for i in np.flatnonzero(dom)], **_sel(common, dom),
+            cand.add(prev_ctx[dom], self.topic_names(asset[dom], "dominance-correction"), **_sel(common, dom),
                      seq=31, kind=K_DOMINANCE, role=ROLE_INS, category=CAT["insight"], decay_class=gm.TACTICAL,
                      source_conf=cfg.confidence.inferred, importance=0.5, outcome=0.0, has_outcome=False, event_kind="")
             cand.cols["force_internal"][-1][:] = True
@@ -436,7 +442,7 @@ class Mind:
             pop.fb_times[g, int(np.argmin(pop.fb_times[g]))] = now
             out.events.append(self._event(now, g, "flashbulb", value=float(a[i]), payload=payload))
         if fired.any():
-            cand.add(dd["query"][fired], [f"{assets[i]}/flashbulb" for i in np.flatnonzero(fired)], **_sel(common, fired),
+            cand.add(dd["query"][fired], self.topic_names(asset[fired], "flashbulb"), **_sel(common, fired),
                      seq=40, kind=K_FLASH, role=ROLE_OBS, category=CAT["episode"], decay_class=gm.STRUCTURAL,
                      source_conf=cfg.confidence.own, importance=1.0, outcome=outcome[fired], has_outcome=True,
                      event_kind="")
@@ -527,8 +533,9 @@ class Mind:
             out.entries.extend(self.pending_entries)
             self.pending_entries = []
         for rows in out.entries:
-            for code, name in zip(rows["topic"], rows["topic_name"]):
-                self.topics.setdefault(int(code), str(name))
+            first = np.sort(np.unique(rows["topic"], return_index=True)[1])   # each code's first row names it
+            for code, name in zip(rows["topic"][first].tolist(), rows["topic_name"][first].tolist()):
+                self.topics.setdefault(code, str(name))
         if len(out.heartbeats) and out.heartbeats.get("golem_id") is not None and out.heartbeats["golem_id"].size > 1:
             order = np.argsort(out.heartbeats["golem_id"], kind="stable")
             out.heartbeats = {k: v[order] for k, v in out.heartbeats.items()}
@@ -536,6 +543,10 @@ class Mind:
 
     def topic_name(self, code: int) -> str:
         return self.topics.get(code, str(code))
+
+    def topic_names(self, asset: np.ndarray, kind: str) -> np.ndarray:
+        """Topic names "<asset>/<kind>" for an array of asset indices (object array)."""
+        return np.array([f"{a}/{kind}" for a in self.assets], dtype=object)[asset]
 
     # ------------------------------------------------------------------ HDC (SPEC §11)
     def fingerprints(self, p, a, d, emotion_codes, intensity, regimes, assets) -> np.ndarray:

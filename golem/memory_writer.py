@@ -108,7 +108,7 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     thr = cfg.arousal.attribution_dominance
     att = np.select([c["d"] > thr, c["d"] < -thr], [1, 2], 0).astype(np.int8)
     att = np.where(c["force_internal"], 1, att).astype(np.int8)
-    topic_codes = np.array([topic_code(t) for t in topics], dtype=np.int32)
+    topic_codes = np.fromiter(map(topic_code, topics), dtype=np.int32, count=topics.size)
     values = {
         "created_ms": now_ms, "last_access_ms": now_ms, "window_ms": sc["window_ms"],
         "category": c["category"], "topic": topic_codes, "scope": c["scope"], "kind": c["kind"],
@@ -126,7 +126,8 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     rows.update(id=ids[ok], slot=slots[ok], golem=c["golem"][ok], topic_name=topics[ok],
                 ttl_days=sc["ttl_days"][ok], tick=c["tick"][ok], event_kind=c["event_kind"][ok])
     rows["refused"] = int((~ok).sum())
-    for eid, tok in zip(ids[ok], c["tokens"][ok]):
-        if tok:
-            gr.phrases[int(eid)] = str(tok)   # the event description this entry was written under
+    tokens = c["tokens"][ok]
+    has = tokens != ""
+    for eid, tok in zip(ids[ok][has].tolist(), tokens[has].tolist()):
+        gr.phrases[eid] = str(tok)   # the event description this entry was written under
     return rows
