@@ -25,14 +25,15 @@ def emotional_balance(pleasures: Sequence[float], arousals: Sequence[float], n_t
 
 
 def curator_weights(pleasures: np.ndarray, arousals: np.ndarray, tagged: np.ndarray,
-                    mean_valence: float, valence_correction: float, arousal_correction: float,
+                    mean_valence, valence_correction, arousal_correction,
                     minority_threshold: float = 0.5, high_arousal: float = 0.5) -> np.ndarray:
     """Per-entry curator weight: minority-sign entries 1 + |valence_correction| when the batch is
-    lopsided (|mean valence| > 0.5); entries with A > 0.5 get 1 + arousal_correction (< 1)."""
+    lopsided (|mean valence| > 0.5); entries with A > 0.5 get 1 + arousal_correction (< 1).
+    The batch figures may be arrays that broadcast against the entries (one row per Golem)."""
     p = np.asarray(pleasures, dtype=np.float64)
     tagged = np.asarray(tagged, dtype=bool)
-    minority = tagged & (abs(mean_valence) > minority_threshold) & (p != 0) & ((p > 0) != (mean_valence > 0))
-    w = np.where(minority, 1.0 + abs(valence_correction), 1.0)
+    minority = tagged & (np.abs(mean_valence) > minority_threshold) & (p != 0) & ((p > 0) != (np.asarray(mean_valence) > 0))
+    w = np.where(minority, 1.0 + np.abs(valence_correction), 1.0)
     return np.where(tagged & (np.asarray(arousals, dtype=np.float64) > high_arousal), w * (1.0 + arousal_correction), w)
 
 
@@ -45,19 +46,27 @@ DAY_MS = 86_400_000
 
 
 def heat(access_count: np.ndarray) -> np.ndarray:
-    """Log-scaled access count in [0, 1] (1 for the most-recalled entry of the slab)."""
-    top = np.log1p(access_count.max()) if access_count.size else 0.0
-    return np.log1p(access_count) / top if top > 0 else np.zeros(access_count.shape)
+    """Log-scaled access count in [0, 1] (1 for the most-recalled entry of the slab), for one
+    slab or row by row for (slabs x entries)."""
+    if access_count.size == 0:
+        return np.zeros(access_count.shape)
+    rows = np.atleast_2d(access_count)
+    top = np.array([np.log1p(m) for m in rows.max(axis=1)])[:, None]   # one slab's top, as a scalar
+    return np.where(top > 0, np.log1p(rows) / np.where(top > 0, top, 1.0), 0.0).reshape(access_count.shape)
 
 
 def consolidation_groups(scope: np.ndarray, topic: np.ndarray, created_ms: np.ndarray, consolidated: np.ndarray,
-                         category: np.ndarray, now_ms: int, min_entries: int = 3, min_age_days: float = 30.0):
+                         category: np.ndarray, now_ms: int, min_entries: int = 3, min_age_days: float = 30.0,
+                         owner: np.ndarray | None = None):
     """Indices of groups of >= min_entries episodes sharing scope + topic, every one older than
-    min_age_days and not yet consolidated (each group becomes one lesson), by (scope, topic)."""
+    min_age_days and not yet consolidated (each group becomes one lesson), by (scope, topic).
+    With `owner` (the Golem of each entry) groups never span owners and come owner by owner."""
     old = (now_ms - created_ms) > min_age_days * DAY_MS
     idx = np.flatnonzero(old & ~consolidated & (category == gm.CATEGORIES.index("episode")))
-    idx = idx[np.lexsort((idx, topic[idx], scope[idx]))]
-    key_change = (np.diff(scope[idx]) != 0) | (np.diff(topic[idx]) != 0)
+    own = np.zeros(idx.size, dtype=np.int64) if owner is None else owner[idx]
+    order = np.lexsort((idx, topic[idx], scope[idx], own))
+    idx, own = idx[order], own[order]
+    key_change = (np.diff(own) != 0) | (np.diff(scope[idx]) != 0) | (np.diff(topic[idx]) != 0)
     return [grp for grp in np.split(idx, np.flatnonzero(key_change) + 1) if grp.size >= min_entries]
 
 
@@ -67,55 +76,59 @@ def curate(mind, g: int, now_ms: int) -> dict:
 
 
 def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
-    """Curator passes for `golems` (ascending ids); returns the figures of their `events` rows.
+    """Curator passes (SPEC §7) for `golems` (ascending ids) at once; returns the figures of their
+    `events` rows.
 
-    A pass reads and writes its own Golem's slab only, so the lessons of all of them are written
-    in one batch (ids in Golem order, as passes one after the other would number them) between
-    consolidation and the heat / reflex step, which sees them as it would after a single pass.
+    Every step works on a (Golems x capacity) view of their slabs, masked to the live entries. A
+    pass reads and writes its own Golem's slab only, so batching changes nothing: the lessons of
+    all of them are written in one batch (ids in Golem order, as passes one after the other would
+    number them) between consolidation and the heat / reflex step, which sees them.
     """
-    runs = [_rebalance(mind, int(g), now_ms) for g in golems]
-    lesson_ids = _write_lessons(mind, now_ms, [(int(g), lessons) for g, (_, _, lessons) in zip(golems, runs)])
-    return [_finish_pass(mind, int(g), now_ms, slots, figures, ids)
-            for g, (figures, slots, _), ids in zip(golems, runs, lesson_ids)]
-
-
-def _rebalance(mind, g: int, now_ms: int):
-    """Steps 1-4 of a pass: (figures so far, the slab's live slots, [(anchor, members)] to consolidate)."""
     gr, cfg, pop = mind.gr, mind.cfg, mind.pop
     cu = cfg.curator
     c = gr.cols
-    sl = gr.slab(g)
-    slots = np.flatnonzero(c["id"][sl] >= 0) + sl.start
-    recent = slots[c["created_ms"][slots] > pop.curator_last_ms[g]]
-    tagged = recent[c["has_tag"][recent]]
-    # 1. emotional balance over the entries since the last pass
-    vc, ac = emotional_balance(c["p"][tagged].astype(float).tolist(), c["a"][tagged].astype(float).tolist(),
-                               int(recent.size), cu.valence_gain, cu.arousal_floor, cu.arousal_gain)
-    mean_v = float(c["p"][tagged].astype(np.float64).sum()) / max(int(recent.size), 1)
-    mean_a = float(c["a"][tagged].astype(np.float64).sum()) / max(int(recent.size), 1)
-    n_reweighted = 0
-    if cu.balance and recent.size:
-        w = curator_weights(c["p"][recent], c["a"][recent], c["has_tag"][recent], mean_v, vc, ac, cu.minority_threshold,
+    golems = np.asarray(golems, dtype=np.int64)
+    if golems.size == 0:
+        return []
+    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)    # one row per Golem's slab
+    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0)
+    recent = live & (c["created_ms"][slots] > pop.curator_last_ms[golems][:, None])
+    tagged = recent & c["has_tag"][slots]
+    n_recent = recent.sum(axis=1)
+    # 1. emotional balance over the entries since the last pass; the sums entry by entry in slot
+    # order as emotional_balance takes them (+ 0.0: a sum that starts from 0, never -0.0)
+    p, a = c["p"][slots].astype(np.float64), c["a"][slots].astype(np.float64)
+    p_sum = np.cumsum(np.where(tagged, p, 0.0), axis=1)[:, -1] + 0.0
+    a_sum = np.cumsum(np.where(tagged, a, 0.0), axis=1)[:, -1] + 0.0
+    vc, ac = np.array([emotional_balance([ps], [as_], n, cu.valence_gain, cu.arousal_floor, cu.arousal_gain)
+                       for ps, as_, n in zip(p_sum.tolist(), a_sum.tolist(), n_recent.tolist())]).reshape(-1, 2).T
+    n_div = np.maximum(n_recent, 1)
+    mean_v = np.array([p[i, tagged[i]].sum() for i in range(golems.size)]) / n_div
+    mean_a = np.array([a[i, tagged[i]].sum() for i in range(golems.size)]) / n_div
+    n_reweighted = np.zeros(golems.size, dtype=np.int64)
+    if cu.balance:
+        w = curator_weights(p, a, c["has_tag"][slots], mean_v[:, None], vc[:, None], ac[:, None], cu.minority_threshold,
                             cfg.arousal.high_band)
-        c["curator_weight"][recent] = w
-        n_reweighted = int((w != 1.0).sum())
+        c["curator_weight"][slots[recent]] = w[recent]
+        n_reweighted = (recent & (w != 1.0)).sum(axis=1)
     # 2. re-evaluate arousal-biased insights when calm: the counterfactual re-run without the mood's bias
-    n_reeval = n_contra = 0
-    if pop.pad[g, 1] < cu.calm_arousal:
-        biased = slots[c["arousal_bias"][slots] & (c["category"][slots] == gm.CATEGORIES.index("insight"))]
-        agree = np.sign(c["outcome"][biased]) == np.sign(c["raw_outcome"][biased])
-        conf = c["confidence"][biased].astype(np.float64)   # gm.propagate_confidence, entry by entry
-        c["confidence"][biased] = np.minimum(1.0, np.maximum(0.0, np.where(
-            agree, conf + cfg.confidence.validation, conf - cfg.confidence.contradiction)))
-        n_contra = int((~agree).sum())
-        c["outcome"][biased] = c["raw_outcome"][biased]
-        c["arousal_bias"][biased] = False
-        n_reeval = int(biased.size)
+    calm = pop.pad[golems, 1] < cu.calm_arousal
+    biased = live & calm[:, None] & c["arousal_bias"][slots] & (c["category"][slots] == gm.CATEGORIES.index("insight"))
+    b = slots[biased]
+    agree = np.sign(c["outcome"][b]) == np.sign(c["raw_outcome"][b])
+    conf = c["confidence"][b].astype(np.float64)   # gm.propagate_confidence, entry by entry
+    c["confidence"][b] = np.minimum(1.0, np.maximum(0.0, np.where(
+        agree, conf + cfg.confidence.validation, conf - cfg.confidence.contradiction)))
+    contradicted = np.zeros(biased.shape, dtype=bool)
+    contradicted[biased] = ~agree
+    c["outcome"][b] = c["raw_outcome"][b]
+    c["arousal_bias"][b] = False
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
-    protected = (c["decay_class"][slots] == gm.STRUCTURAL) | c["flashbulb"][slots] | (c["salience"][slots] >= 0.7)
-    score = c["curator_weight"][slots] * c["importance"][slots] * c["confidence"][slots] * (1 + c["salience"][slots])
-    up = ~protected & (score >= cu.promote_score) & (c["decay_class"][slots] < gm.REGIME)
-    down = ~protected & (score <= cu.demote_score) & (c["decay_class"][slots] > gm.EPHEMERAL)
+    sal = c["salience"][slots]
+    protected = (c["decay_class"][slots] == gm.STRUCTURAL) | c["flashbulb"][slots] | (sal >= 0.7)
+    score = c["curator_weight"][slots] * c["importance"][slots] * c["confidence"][slots] * (1 + sal)
+    up = live & ~protected & (score >= cu.promote_score) & (c["decay_class"][slots] < gm.REGIME)
+    down = live & ~protected & (score <= cu.demote_score) & (c["decay_class"][slots] > gm.EPHEMERAL)
     c["decay_class"][slots[up]] += 1
     c["decay_class"][slots[down]] -= 1
     changed = slots[up | down]
@@ -127,37 +140,39 @@ def _rebalance(mind, g: int, now_ms: int):
         new_base = np.maximum(class_days[c["decay_class"][changed]], np.minimum(old_base, 30.0))
         c["window_ms"][changed] = new_base * (1 + c["salience"][changed]) * DAY_MS
     expired = (now_ms - c["last_access_ms"][slots]) >= 2 * c["window_ms"][slots]
-    archive = slots[expired & ~protected & (c["status"][slots] != gm.ARCHIVED)]
-    c["status"][archive] = gm.ARCHIVED
-    # 4. consolidation into lessons
-    lessons = []
-    groups = consolidation_groups(c["scope"][slots], c["topic"][slots], c["created_ms"][slots], c["consolidated"][slots],
-                                  c["category"][slots], now_ms, cu.consolidation_min, cu.consolidation_age_days)
+    archive = live & expired & ~protected & (c["status"][slots] != gm.ARCHIVED)
+    c["status"][slots[archive]] = gm.ARCHIVED
+    # 4. consolidation into lessons, each Golem's groups in (scope, topic) order
+    flat, owner = slots[live], np.nonzero(live)[0]
+    groups = consolidation_groups(c["scope"][flat], c["topic"][flat], c["created_ms"][flat], c["consolidated"][flat],
+                                  c["category"][flat], now_ms, cu.consolidation_min, cu.consolidation_age_days, owner)
+    lessons = [[] for _ in golems]
     for grp in groups:
-        members = slots[grp]
+        members = flat[grp]
         anchor = members[np.lexsort((members, -c["salience"][members]))[0]]
-        lessons.append((anchor, members))
+        lessons[owner[grp[0]]].append((anchor, members))
         c["consolidated"][members] = True
-    figures = {"n_entries": int(recent.size), "n_tagged": int(tagged.size), "mean_valence": mean_v, "mean_arousal": mean_a,
-               "valence_correction": vc, "arousal_correction": ac, "reweighted": n_reweighted, "reevaluated": n_reeval,
-               "reevaluation_contradicted": n_contra, "promoted": int(up.sum()), "demoted": int(down.sum()),
-               "archived": int(archive.size)}
-    return figures, slots, lessons
-
-
-def _finish_pass(mind, g: int, now_ms: int, slots: np.ndarray, figures: dict, lesson_ids: list[int]) -> dict:
-    """Step 5 of a pass, after the lessons are in: reflex candidates, heat, low-confidence flags."""
-    gr, cfg = mind.gr, mind.cfg
-    c = gr.cols
-    c["heat"][slots] = heat(c["access_count"][slots].astype(np.float64))
-    c["low_conf"][slots] = (c["confidence"][slots] < cfg.confidence.low_flag) & (c["access_count"][slots] >= cfg.confidence.low_flag_accesses)
-    props = reflex.proposals(gr, g, now_ms, cfg.reflex.promotion_min, cfg.reflex.promotion_window_days)
+    lesson_ids = _write_lessons(mind, now_ms, list(zip(golems.tolist(), lessons)))
+    # 5. reflex candidates, heat, low-confidence flags (on the slabs as the lessons left them)
+    acc = c["access_count"][slots]
+    c["heat"][slots[live]] = heat(np.where(live, acc, 0).astype(np.float64))[live]
+    low_conf = live & (c["confidence"][slots] < cfg.confidence.low_flag) & (acc >= cfg.confidence.low_flag_accesses)
+    c["low_conf"][slots[live]] = low_conf[live]
+    props = reflex.proposals(gr, golems, now_ms, cfg.reflex.promotion_min, cfg.reflex.promotion_window_days)
     applied = cfg.reflex.promotion == "auto"
-    if applied and props.size:
-        reflex.promote(gr, props)
-    mind.pop.curator_last_ms[g] = now_ms
-    return dict(figures, lessons=lesson_ids, reflex_proposals=c["id"][props].tolist(), reflex_applied=bool(applied and props.size),
-                low_confidence=int(c["low_conf"][slots].sum()), balance=bool(cfg.curator.balance))
+    if applied:
+        for pr in props:
+            reflex.promote(gr, pr)
+    pop.curator_last_ms[golems] = now_ms
+    cols = dict(n_entries=n_recent, n_tagged=tagged.sum(axis=1), mean_valence=mean_v, mean_arousal=mean_a,
+                valence_correction=vc, arousal_correction=ac, reweighted=n_reweighted, reevaluated=biased.sum(axis=1),
+                reevaluation_contradicted=contradicted.sum(axis=1), promoted=up.sum(axis=1), demoted=down.sum(axis=1),
+                archived=archive.sum(axis=1), low_confidence=low_conf.sum(axis=1))
+    rows = [dict(zip(cols, vals)) for vals in zip(*(v.tolist() for v in cols.values()))]
+    for row, ids, pr in zip(rows, lesson_ids, props):
+        row.update(lessons=ids, reflex_proposals=c["id"][pr].tolist(), reflex_applied=bool(applied and pr.size),
+                   balance=bool(cu.balance))
+    return rows
 
 
 def _write_lessons(mind, now_ms: int, lessons: list[tuple[int, list]]) -> list[list[int]]:

@@ -96,15 +96,15 @@ def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
     return res
 
 
-def proposals(gr, g: int, now_ms: int, min_acted: int, window_days: float) -> np.ndarray:
-    """Slots the curator proposes for reflex: acted on >= min_acted times, last within the window,
-    not yet reflex, and carrying event phrases to fire on."""
+def proposals(gr, golems: np.ndarray, now_ms: int, min_acted: int, window_days: float) -> list[np.ndarray]:
+    """Per Golem, the slots the curator proposes for reflex: acted on >= min_acted times, last
+    within the window, not yet reflex, and carrying event phrases to fire on."""
     c = gr.cols
-    sl = gr.slab(g)
-    ok = ((c["id"][sl] >= 0) & ~c["reflex"][sl] & (c["acted_on_count"][sl] >= min_acted)
-          & (now_ms - c["last_acted_ms"][sl] <= window_days * 86_400_000))
-    slots = np.flatnonzero(ok) + sl.start
-    return np.array([s for s in slots if int(c["id"][s]) in gr.phrases], dtype=np.int64)
+    slots = np.asarray(golems, dtype=np.int64)[:, None] * gr.capacity + np.arange(gr.capacity)
+    ok = ((np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0) & ~c["reflex"][slots]
+          & (c["acted_on_count"][slots] >= min_acted) & (now_ms - c["last_acted_ms"][slots] <= window_days * 86_400_000))
+    ok[ok] = [e in gr.phrases for e in c["id"][slots[ok]].tolist()]
+    return [row[keep] for row, keep in zip(slots, ok)]
 
 
 def promote(gr, slots: np.ndarray) -> None:
