@@ -63,7 +63,7 @@ SORT_KEYS = {"heartbeats": ("time_ms", "golem_id"), "retrievals": ("time_ms", "g
 WRITE_OPTS = dict(compression="zstd", use_dictionary=True, write_statistics=True)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes | pa.Buffer) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         fh.write(data)
@@ -88,57 +88,124 @@ def _json_default(o):
     raise TypeError(type(o))
 
 
+class Names:
+    """A string column given as codes into a fixed tuple of names (an enum's labels, the assets):
+    decoded once per flush instead of a Python string per row."""
+
+    __slots__ = ("names", "codes")
+
+    def __init__(self, names: tuple[str, ...], codes):
+        self.names, self.codes = tuple(names), np.asarray(codes)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
 class Recorder:
-    """Buffers rows per table (as Arrow record batches) and writes a part file per flush."""
+    """Buffers rows per table as column chunks and writes a part file per flush.
+
+    Chunks are kept as given and each column becomes one Arrow array at flush: converting at
+    every add (hundreds of small tables per flush) cost more than the Parquet write itself."""
 
     def __init__(self, run_dir: Path, part_start: int = 0):
         self.dir = Path(run_dir)
-        self.buf: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
+        self.buf: dict[str, dict[str, list]] = {t: {f.name: [] for f in SCHEMAS[t]} for t in TABLES}
+        self.buffered = {t: 0 for t in TABLES}
         self.part = part_start
         self.rows = {t: 0 for t in TABLES}
         for t in TABLES:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
 
     def add(self, table: str, columns: dict) -> None:
-        """Append rows given as a dict of equal-length arrays/lists (schema order, exact types)."""
-        schema = SCHEMAS[table]
-        # NaN means "no value" in every table (an empty pool, a missing funding rate): store it as null
-        arrays = [columns[f.name] if isinstance(columns[f.name], pa.Array)
-                  else pa.array(_py(columns[f.name]), type=f.type, from_pandas=True) for f in schema]
-        t = pa.Table.from_arrays(arrays, schema=schema)
-        if t.num_rows:
-            self.buf[table].append(t)
+        """Append rows given as a dict of equal-length columns (schema types): numpy arrays, lists,
+        object arrays, Arrow arrays or `Names`."""
+        chunks = [columns[name] for name in self.buf[table]]
+        n = {len(c) for c in chunks}
+        if len(n) != 1:
+            raise ValueError(f"{table}: columns of different lengths {sorted(n)}")
+        n = n.pop()
+        if n:
+            for col, c in zip(self.buf[table].values(), chunks):
+                col.append(c)
+            self.buffered[table] += n
 
     def pending(self) -> int:
-        return sum(sum(t.num_rows for t in v) for v in self.buf.values())
+        return sum(self.buffered.values())
 
     def flush(self) -> list[str]:
         """Write one part per non-empty table; returns the part paths written."""
         written = []
-        for table, parts in self.buf.items():
-            if not parts:
+        for table, cols in self.buf.items():
+            if not self.buffered[table]:
                 continue
-            t = pa.concat_tables(parts)
-            keys = [(k, "ascending") for k in SORT_KEYS.get(table, ())]
-            if keys:
-                idx = pc.sort_indices(t, sort_keys=keys)  # stable: equal keys keep insertion order
-                t = t.take(idx)
+            schema = SCHEMAS[table]
+            t = pa.Table.from_arrays([_column(cols[f.name], f.type) for f in schema], schema=schema)
+            order = _sort_order(t, SORT_KEYS.get(table, ()))
+            if order is not None:
+                t = t.take(order)
             path = self.dir / table / f"part-{self.part:05d}.parquet"
             sink = pa.BufferOutputStream()
             pq.write_table(t, sink, **WRITE_OPTS)
-            atomic_write_bytes(path, sink.getvalue().to_pybytes())
+            atomic_write_bytes(path, sink.getvalue())
             self.rows[table] += t.num_rows
             written.append(str(path.relative_to(self.dir)))
-            self.buf[table] = []
+            for col in cols.values():
+                col.clear()
+            self.buffered[table] = 0
         self.part += 1
         return written
+
+
+def _kind(chunk) -> tuple:
+    if isinstance(chunk, Names):
+        return ("names", chunk.names)
+    if isinstance(chunk, pa.Array):
+        return ("arrow",)
+    if isinstance(chunk, np.ndarray) and chunk.dtype != object:
+        return ("numpy", chunk.dtype)
+    return ("python",)  # lists and object arrays: converted element by element
+
+
+def _column(chunks: list, dtype: pa.DataType) -> pa.Array:
+    """One Arrow array from a column's chunks, the same as converting each chunk and concatenating.
+    NaN means "no value" in every table (an empty pool, a missing funding rate): stored as null."""
+    kinds = {_kind(c) for c in chunks}
+    if len(kinds) > 1:
+        return pa.concat_arrays([_column([c], dtype) for c in chunks])
+    kind = kinds.pop()
+    if kind[0] == "names":
+        codes = np.arange(len(kind[1]))[np.concatenate([c.codes for c in chunks])]  # numpy's index rules
+        return pa.array(kind[1], type=dtype).take(codes)
+    if kind[0] == "arrow":
+        return pa.concat_arrays(chunks)
+    if kind[0] == "numpy":
+        return pa.array(np.concatenate(chunks), type=dtype, from_pandas=True)
+    return pa.array([x for c in chunks for x in _py(c)], type=dtype, from_pandas=True)
+
+
+def _sort_order(t: pa.Table, keys: tuple[str, ...]) -> pa.Array | None:
+    """Indices of the stable sort of `t` by `keys`, or None when the rows already are in that
+    order (the usual case: rows arrive in time order), which saves a take of the whole table."""
+    if not keys:
+        return None
+    cols = [t.column(k) for k in keys]
+    if all(pa.types.is_integer(c.type) and c.null_count == 0 for c in cols):
+        tie = np.ones(max(t.num_rows - 1, 0), dtype=bool)  # row pairs equal on the keys so far
+        for c in cols:
+            v = c.to_numpy()
+            if (tie & (v[1:] < v[:-1])).any():
+                break
+            tie &= v[1:] == v[:-1]
+        else:
+            return None
+    return pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys])  # stable: ties keep insertion order
 
 
 def list_column(values: np.ndarray, mask: np.ndarray, dtype: pa.DataType) -> pa.Array:
     """A list<...> column from a (rows, k) array and a mask of the cells to keep, in row order,
     built from offsets without a Python loop (NaN kept cells become null)."""
-    lengths = mask.sum(axis=1)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    kept = np.concatenate([[0], np.cumsum(mask.ravel())])   # kept cells before each flat position
+    offsets = kept[np.arange(mask.shape[0] + 1) * mask.shape[1]].astype(np.int32)  # (a row sum is slower)
     flat = pa.array(values[mask], type=dtype, from_pandas=True)
     return pa.ListArray.from_arrays(pa.array(offsets), flat)
 

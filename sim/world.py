@@ -21,9 +21,13 @@ from golem.heartbeat import Mind, Observation, TickOutput
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
-from sim.recorder import list_column
+from sim.recorder import Names, list_column
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
+
+
+#: json.dumps(payload, sort_keys=True, default=float) without building an encoder per event
+_payload_json = json.JSONEncoder(sort_keys=True, default=float).encode
 
 
 @dataclass
@@ -383,18 +387,16 @@ class World:
         steps = np.repeat(np.arange(lo, hi), A)
         aidx = np.tile(np.arange(A), hi - lo)
         self.rec.add("market", dict(
-            time_ms=t.time_ms[steps], step=steps, asset=np.array(t.assets, dtype=object)[aidx],
+            time_ms=t.time_ms[steps], step=steps, asset=Names(t.assets, aidx),
             open=t.open[steps, aidx], high=t.high[steps, aidx], low=t.low[steps, aidx], close=t.close[steps, aidx],
             volume=t.volume[steps, aidx], tvl=t.tvl[steps, aidx], gas=t.gas[steps], funding_rate=t.funding[steps],
-            regime=np.array(t.regime_names, dtype=object)[t.regime[steps]]))
+            regime=Names(t.regime_names, t.regime[steps])))
 
     def _record_heartbeats(self, h: dict) -> None:
-        emo = np.array(padm.EMOTION_CODES, dtype=object)
         self.rec.add("heartbeats", dict(
-            h, emotion=emo[h["emotion"]], label=np.array(gm.LABELS, dtype=object)[h["label"]],
-            tier=np.array(TIERS, dtype=object)[h["tier"]], phase=np.array(PHASES, dtype=object)[h["phase"]],
-            regime=np.array(self.tape.regime_names, dtype=object)[h["regime"]],
-            probe=np.array(SEVERITIES, dtype=object)[h["probe"]]))
+            h, emotion=Names(padm.EMOTION_CODES, h["emotion"]), label=Names(gm.LABELS, h["label"]),
+            tier=Names(TIERS, h["tier"]), phase=Names(PHASES, h["phase"]),
+            regime=Names(self.tape.regime_names, h["regime"]), probe=Names(SEVERITIES, h["probe"])))
 
     def _record_retrievals(self, r: dict) -> None:
         served = r["ids"] >= 0
@@ -424,24 +426,24 @@ class World:
         n = e["id"].size
         if n == 0:
             return
-        assets = np.array(self.tape.assets, dtype=object)
-        kinds = np.array(KINDS, dtype=object)[e["kind"]]
+        assets = self.tape.assets
         topic = e["topic_name"]
-        outc = e["outcome"]
-        content = [f"{k} {t}: outcome {o:+.2f}" if ho else f"{k} {t}"
-                   for k, t, o, ho in zip(kinds, topic, outc, e["has_outcome"])]
+        # from Python values (tolist): iterating numpy arrays makes a slow scalar object per cell
+        content = [f"{KINDS[k]} {t}: outcome {o:+.2f}" if ho else f"{KINDS[k]} {t}"
+                   for k, t, o, ho in zip(e["kind"].tolist(), topic.tolist(), e["outcome"].tolist(),
+                                          e["has_outcome"].tolist())]
         self.rec.add("entries", dict(
             id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
-            tick=e["tick"], category=np.array(gm.CATEGORIES, dtype=object)[e["category"]], topic=topic,
-            scope=assets[np.clip(e["scope"], 0, len(assets) - 1)], kind=kinds, event_kind=e["event_kind"],
+            tick=e["tick"], category=Names(gm.CATEGORIES, e["category"]), topic=topic,
+            scope=Names(assets, np.clip(e["scope"], 0, len(assets) - 1)), kind=Names(KINDS, e["kind"]),
+            event_kind=e["event_kind"],
             content=content, confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
-            decay_class=np.array(gm.DECAY_CLASSES, dtype=object)[e["decay_class"]], ttl_days=e["ttl_days"],
+            decay_class=Names(gm.DECAY_CLASSES, e["decay_class"]), ttl_days=e["ttl_days"],
             window_days=e["window_ms"] / 86_400_000, has_tag=e["has_tag"], p=e["p"], a=e["a"], d=e["d"],
-            emotion=np.array(padm.EMOTION_CODES, dtype=object)[e["emotion"]], intensity=e["i0"],
-            label=np.array(gm.LABELS, dtype=object)[e["label"]],
-            attribution=np.array(gm.ATTRIBUTIONS, dtype=object)[e["attribution"]], arousal_bias=e["arousal_bias"],
+            emotion=Names(padm.EMOTION_CODES, e["emotion"]), intensity=e["i0"], label=Names(gm.LABELS, e["label"]),
+            attribution=Names(gm.ATTRIBUTIONS, e["attribution"]), arousal_bias=e["arousal_bias"],
             flashbulb=e["flashbulb"], provenance=e["provenance"], outcome=e["outcome"], has_outcome=e["has_outcome"],
-            role=np.array(gm.ROLES, dtype=object)[e["role"]], recall_mode=["normal"] * n))
+            role=Names(gm.ROLES, e["role"]), recall_mode=Names(("normal",), np.zeros(n, dtype=np.int8))))
 
     def _record_events(self, events: list[dict]) -> None:
         seq = np.arange(self.event_seq, self.event_seq + len(events))
@@ -449,7 +451,8 @@ class World:
         self.stats.events += len(events)
         cols = {k: [ev[k] for ev in events] for k in ("time_ms", "golem_id", "clade_id", "tick", "kind", "entry_id",
                                                       "other_golem", "value")}
-        cols["payload"] = [json.dumps(ev["payload"], sort_keys=True, default=float) for ev in events]
+        # most payloads are empty
+        cols["payload"] = ["{}" if ev["payload"] == {} else _payload_json(ev["payload"]) for ev in events]
         self.rec.add("events", dict(cols, seq=seq))
 
     def _record_snapshot(self, s: dict) -> None:
