@@ -106,7 +106,7 @@ class Recorder:
     """Buffers rows per table as column chunks and writes a part file per flush.
 
     Chunks are kept as given and each column becomes one Arrow array at flush: converting at
-    every add (hundreds of small tables per flush) cost more than the Parquet write itself."""
+    every add built hundreds of small Arrow tables per flush, several times the cost."""
 
     def __init__(self, run_dir: Path, part_start: int = 0):
         self.dir = Path(run_dir)
