@@ -16,9 +16,10 @@ the uninterrupted run. The Mind's lexicon and item memories are pure functions o
 are rebuilt, not saved. Part files at or past the checkpoint's part index are deleted on resume
 and rewritten identically.
 
-Files: `state-NNNNN.npz` (arrays) then `state-NNNNN.json` (everything else, with the npz's
-size) are each written to a temporary name, fsynced and renamed; the json is the commit point and
-older states are removed after it lands, so a kill at any moment leaves one complete checkpoint.
+Files: `state-NNNNN.arrays` (the arrays as .npy records back to back) then `state-NNNNN.json`
+(everything else, with the arrays' offsets and the file's size) are each written to a temporary
+name, fsynced and renamed; the json is the commit point and older states are removed after it
+lands, so a kill at any moment leaves one complete checkpoint.
 Big worlds checkpoint less often than every flush (`maybe_save`: at most a tenth of the wall time).
 """
 from __future__ import annotations
@@ -27,7 +28,6 @@ import json
 import os
 import re
 import time
-import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -168,36 +168,48 @@ def save(world, ckdir: Path) -> Path:
 
     part = world.rec.part
     name = f"state-{part:05d}"
-    size = _write_npz(ckdir / f"{name}.npz", arrays)
+    index, size = _write_arrays(ckdir / f"{name}.arrays", arrays)
     meta = {
         "format": FORMAT, "now_s": world.env.now, "part": part, "event_seq": world.event_seq,
         "market_step": world.market_step, "stats": asdict(world.stats),
         "grimoire": _plain_dicts_and_scalars(gr),
-        "pending": pending, "entries": entries, "arrays": f"{name}.npz", "mind": _mind_json(world.mind),
+        "pending": pending, "entries": entries, "arrays": f"{name}.arrays", "array_offsets": index,
+        "mind": _mind_json(world.mind),
         "tape": {"bar_ms": int(tape.bar_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
                  "regime_names": list(tape.regime_names), "events": [asdict(e) for e in tape.events]},
-        "npz_bytes": size,
+        "arrays_bytes": size,
     }
-    atomic_write_json(ckdir / f"{name}.json", meta)
+    atomic_write_json(ckdir / f"{name}.json", meta, indent=None)
     for f in ckdir.iterdir():
         if f.name.startswith("state-") and not f.name.startswith(name + "."):
             f.unlink(missing_ok=True)
     return ckdir / f"{name}.json"
 
 
-def _write_npz(path: Path, arrays: dict) -> int:
-    """np.savez, but arrays may be callables producing them one at a time (no second copy of the
-    world in memory); written to a temporary name, fsynced, then renamed."""
+def _write_arrays(path: Path, arrays: dict) -> tuple[list, int]:
+    """Each array as a .npy record (header, then the raw data straight from the array), back to back
+    in one file: no zip container, whose CRC pass cost as much as the write, and no copy of the
+    world in memory (arrays may be callables producing them one at a time). Written to a temporary
+    name, fsynced, then renamed; returns [name, offset] per array, in order, and the file size."""
     tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+    index = []
+    with open(tmp, "wb") as fh:
         for k, v in arrays.items():
-            a = np.asanyarray(v() if callable(v) else v)
-            with zf.open(k + ".npy", "w", force_zip64=True) as fh:
-                np.lib.format.write_array(fh, a, allow_pickle=False)
-    with open(tmp, "rb+") as fh:
+            index.append([k, fh.tell()])
+            np.lib.format.write_array(fh, np.asanyarray(v() if callable(v) else v), allow_pickle=False)
+        fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    return path.stat().st_size
+    return index, path.stat().st_size
+
+
+def _read_arrays(path: Path, index: list) -> dict[str, np.ndarray]:
+    with open(path, "rb") as fh:
+        out = {}
+        for k, offset in index:
+            fh.seek(offset)
+            out[k] = np.lib.format.read_array(fh, allow_pickle=False)
+    return out
 
 
 #: share of the wall time checkpoints may take (tests set it to inf: checkpoint at every flush)
@@ -303,7 +315,8 @@ class Checkpoint:
 
 
 def load(ckdir: Path) -> Checkpoint | None:
-    """The newest complete checkpoint in `ckdir` (its json landed and the npz hash matches), or None."""
+    """The newest complete checkpoint in `ckdir` (its json landed and its arrays file has the size
+    the json says), or None."""
     ckdir = Path(ckdir)
     if not ckdir.is_dir():
         return None
@@ -311,12 +324,11 @@ def load(ckdir: Path) -> Checkpoint | None:
     for f in metas:
         try:
             meta = json.loads(f.read_text())
-            npz = ckdir / meta["arrays"]
-            if meta.get("format") != FORMAT or npz.stat().st_size != meta.get("npz_bytes"):
+            path = ckdir / meta["arrays"]
+            if meta.get("format") != FORMAT or path.stat().st_size != meta.get("arrays_bytes"):
                 continue
-            with np.load(npz, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            arrays = _read_arrays(path, meta["array_offsets"])
+        except (OSError, ValueError, KeyError):
             continue
         return Checkpoint(meta, arrays, f)
     return None
