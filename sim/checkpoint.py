@@ -39,7 +39,7 @@ from sim.market import MarketEvent, Tape
 from sim.recorder import TABLES, Recorder, atomic_write_json
 from sim.scenario import InputError
 
-FORMAT = 3
+FORMAT = 4   # 3: Clade deliveries batched per instant; 4: arrays as raw .npy records
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 
@@ -316,7 +316,8 @@ class Checkpoint:
 
 def load(ckdir: Path) -> Checkpoint | None:
     """The newest complete checkpoint in `ckdir` (its json landed and its arrays file has the size
-    the json says), or None."""
+    the json says), or None. A checkpoint written by another engine version is refused with an
+    InputError (resuming it differently would silently break byte identity)."""
     ckdir = Path(ckdir)
     if not ckdir.is_dir():
         return None
@@ -324,8 +325,11 @@ def load(ckdir: Path) -> Checkpoint | None:
     for f in metas:
         try:
             meta = json.loads(f.read_text())
+            if meta.get("format") != FORMAT:
+                raise InputError(f"{f}: format: checkpoint format {meta.get('format')}, this engine reads format "
+                                 f"{FORMAT}; resume it with the golem-sim version that wrote it, or run it again")
             path = ckdir / meta["arrays"]
-            if meta.get("format") != FORMAT or path.stat().st_size != meta.get("arrays_bytes"):
+            if path.stat().st_size != meta.get("arrays_bytes"):
                 continue
             arrays = _read_arrays(path, meta["array_offsets"])
         except (OSError, ValueError, KeyError):

@@ -144,3 +144,26 @@ def test_resume_bad_input(ref, tmp_path):
     assert code == 2 and "no complete checkpoint" in out and "Traceback" not in out
     code, out = cli("resume", tmp_path / "nowhere")
     assert code == 2 and "file not found" in out
+
+
+def test_checkpoint_of_another_format_is_refused(ref, tmp_path):
+    """A checkpoint written by another engine version: exit 2 naming the file and both formats,
+    nothing already written is touched, and once the format matches the resume completes."""
+    d, hashes = ref
+    out = tmp_path / "old"
+    proc = _start(d, out)
+    _wait_for_checkpoint(proc, out)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    state = next((out / "checkpoint").glob("state-*.json"))
+    meta = json.loads(state.read_text())
+    state.write_text(json.dumps(dict(meta, format=ckm.FORMAT - 1)))
+    before = content_hashes(out)
+    code, text = cli("resume", out, "-q")
+    assert code == 2 and "Traceback" not in text, text
+    assert state.name in text and f"checkpoint format {ckm.FORMAT - 1}" in text and f"format {ckm.FORMAT}" in text
+    assert content_hashes(out) == before
+    state.write_text(json.dumps(meta))
+    code, text = cli("resume", out, "-q")
+    assert code == 0, text
+    assert content_hashes(out) == hashes
