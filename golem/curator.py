@@ -79,10 +79,11 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     """Curator passes (SPEC §7) for `golems` (ascending ids) at once; returns the figures of their
     `events` rows.
 
-    Every step works on a (Golems x capacity) view of their slabs, masked to the live entries. A
-    pass reads and writes its own Golem's slab only, so batching changes nothing: the lessons of
-    all of them are written in one batch (ids in Golem order, as passes one after the other would
-    number them) between consolidation and the heat / reflex step, which sees them.
+    Every step works on a (Golems x capacity) copy of their slabs' columns, masked to the live
+    entries, and writes whole rows back. A pass reads and writes its own Golem's slab only, so
+    batching changes nothing: the lessons of all of them are written in one batch (ids in Golem
+    order, as passes one after the other would number them) between consolidation and the heat /
+    reflex step, which sees them.
     """
     gr, cfg, pop = mind.gr, mind.cfg, mind.pop
     cu = cfg.curator
@@ -90,89 +91,97 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     golems = np.asarray(golems, dtype=np.int64)
     if golems.size == 0:
         return []
+    n = golems.size
     slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)    # one row per Golem's slab
-    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0)
-    recent = live & (c["created_ms"][slots] > pop.curator_last_ms[golems][:, None])
-    tagged = recent & c["has_tag"][slots]
+
+    def rows(k: str) -> np.ndarray:
+        """Column k of the due slabs (copying whole rows: far cheaper than gathering slots)."""
+        return c[k].reshape(gr.n_golems, gr.capacity)[golems]
+
+    def put(k: str, where: np.ndarray, values) -> None:
+        """Write `values` into column k where `where` holds, row by row."""
+        c[k].reshape(gr.n_golems, gr.capacity)[golems] = np.where(where, values, rows(k))
+
+    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (rows("id") >= 0)
+    recent = live & (rows("created_ms") > pop.curator_last_ms[golems][:, None])
     n_recent = recent.sum(axis=1)
-    # 1. emotional balance over the entries since the last pass; the sums entry by entry in slot
-    # order as emotional_balance takes them (+ 0.0: a sum that starts from 0, never -0.0)
-    p, a = c["p"][slots].astype(np.float64), c["a"][slots].astype(np.float64)
-    p_sum = np.cumsum(np.where(tagged, p, 0.0), axis=1)[:, -1] + 0.0
-    a_sum = np.cumsum(np.where(tagged, a, 0.0), axis=1)[:, -1] + 0.0
-    vc, ac = np.array([emotional_balance([ps], [as_], n, cu.valence_gain, cu.arousal_floor, cu.arousal_gain)
-                       for ps, as_, n in zip(p_sum.tolist(), a_sum.tolist(), n_recent.tolist())]).reshape(-1, 2).T
-    n_div = np.maximum(n_recent, 1)
-    mean_v = np.array([p[i, tagged[i]].sum() for i in range(golems.size)]) / n_div
-    mean_a = np.array([a[i, tagged[i]].sum() for i in range(golems.size)]) / n_div
-    n_reweighted = np.zeros(golems.size, dtype=np.int64)
+    # 1. emotional balance over the entries since the last pass, Golem by Golem on its tagged
+    # entries in slot order (the sums are order-sensitive)
+    ri = np.nonzero(recent)[0]                                 # the row of each recent entry
+    tag = rows("has_tag")[recent]
+    p, a = rows("p")[recent].astype(np.float64), rows("a")[recent].astype(np.float64)
+    pt, at = p[tag], a[tag]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(ri[tag], minlength=n))]).tolist()
+    vc, ac, mean_v, mean_a = np.array([
+        (*emotional_balance(pt[lo:hi].tolist(), at[lo:hi].tolist(), k, cu.valence_gain, cu.arousal_floor, cu.arousal_gain),
+         float(pt[lo:hi].sum()) / max(k, 1), float(at[lo:hi].sum()) / max(k, 1))
+        for lo, hi, k in zip(bounds[:-1], bounds[1:], n_recent.tolist())]).reshape(n, 4).T
+    n_reweighted = np.zeros(n, dtype=np.int64)
     if cu.balance:
-        w = curator_weights(p, a, c["has_tag"][slots], mean_v[:, None], vc[:, None], ac[:, None], cu.minority_threshold,
-                            cfg.arousal.high_band)
-        c["curator_weight"][slots[recent]] = w[recent]
-        n_reweighted = (recent & (w != 1.0)).sum(axis=1)
+        w = curator_weights(p, a, tag, mean_v[ri], vc[ri], ac[ri], cu.minority_threshold, cfg.arousal.high_band)
+        c["curator_weight"][slots[recent]] = w
+        n_reweighted = np.bincount(ri[w != 1.0], minlength=n)
     # 2. re-evaluate arousal-biased insights when calm: the counterfactual re-run without the mood's bias
     calm = pop.pad[golems, 1] < cu.calm_arousal
-    biased = live & calm[:, None] & c["arousal_bias"][slots] & (c["category"][slots] == gm.CATEGORIES.index("insight"))
+    biased = live & calm[:, None] & rows("arousal_bias") & (rows("category") == gm.CATEGORIES.index("insight"))
     b = slots[biased]
     agree = np.sign(c["outcome"][b]) == np.sign(c["raw_outcome"][b])
     conf = c["confidence"][b].astype(np.float64)   # gm.propagate_confidence, entry by entry
     c["confidence"][b] = np.minimum(1.0, np.maximum(0.0, np.where(
         agree, conf + cfg.confidence.validation, conf - cfg.confidence.contradiction)))
-    contradicted = np.zeros(biased.shape, dtype=bool)
-    contradicted[biased] = ~agree
+    n_contra = np.bincount(np.nonzero(biased)[0][~agree], minlength=n)
     c["outcome"][b] = c["raw_outcome"][b]
     c["arousal_bias"][b] = False
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
-    sal = c["salience"][slots]
-    protected = (c["decay_class"][slots] == gm.STRUCTURAL) | c["flashbulb"][slots] | (sal >= 0.7)
-    score = c["curator_weight"][slots] * c["importance"][slots] * c["confidence"][slots] * (1 + sal)
-    up = live & ~protected & (score >= cu.promote_score) & (c["decay_class"][slots] < gm.REGIME)
-    down = live & ~protected & (score <= cu.demote_score) & (c["decay_class"][slots] > gm.EPHEMERAL)
-    c["decay_class"][slots[up]] += 1
-    c["decay_class"][slots[down]] -= 1
-    changed = slots[up | down]
-    if changed.size:
-        g_cfg = cfg.grimoire
-        class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
-        # keep the tier TTL the entry was written with: window / (1 + salience) / ... is its max(class, ttl)
-        old_base = c["window_ms"][changed] / DAY_MS / (1 + c["salience"][changed])
-        new_base = np.maximum(class_days[c["decay_class"][changed]], np.minimum(old_base, 30.0))
-        c["window_ms"][changed] = new_base * (1 + c["salience"][changed]) * DAY_MS
-    expired = (now_ms - c["last_access_ms"][slots]) >= 2 * c["window_ms"][slots]
-    archive = live & expired & ~protected & (c["status"][slots] != gm.ARCHIVED)
-    c["status"][slots[archive]] = gm.ARCHIVED
-    # 4. consolidation into lessons, each Golem's groups in (scope, topic) order
-    flat, owner = slots[live], np.nonzero(live)[0]
-    groups = consolidation_groups(c["scope"][flat], c["topic"][flat], c["created_ms"][flat], c["consolidated"][flat],
-                                  c["category"][flat], now_ms, cu.consolidation_min, cu.consolidation_age_days, owner)
+    sal, dc = rows("salience"), rows("decay_class")
+    protected = (dc == gm.STRUCTURAL) | rows("flashbulb") | (sal >= 0.7)
+    score = rows("curator_weight") * rows("importance") * rows("confidence") * (1 + sal)
+    up = live & ~protected & (score >= cu.promote_score) & (dc < gm.REGIME)
+    down = live & ~protected & (score <= cu.demote_score) & (dc > gm.EPHEMERAL)
+    dc = dc + up - down
+    put("decay_class", up | down, dc)
+    window = rows("window_ms")
+    g_cfg = cfg.grimoire
+    class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
+    # keep the tier TTL the entry was written with: window / (1 + salience) / ... is its max(class, ttl)
+    window = np.where(up | down, np.maximum(class_days[dc], np.minimum(window / DAY_MS / (1 + sal), 30.0))
+                      * (1 + sal) * DAY_MS, window)
+    put("window_ms", up | down, window)
+    archive = live & ((now_ms - rows("last_access_ms")) >= 2 * window) & ~protected & (rows("status") != gm.ARCHIVED)
+    put("status", archive, gm.ARCHIVED)
+    # 4. consolidation into lessons, each Golem's groups in (scope, topic) order (a category no
+    # entry has keeps the dead slots out)
+    owner = np.repeat(np.arange(n), gr.capacity)
+    groups = consolidation_groups(rows("scope").ravel(), rows("topic").ravel(), rows("created_ms").ravel(),
+                                  rows("consolidated").ravel(), np.where(live, rows("category"), -1).ravel(), now_ms,
+                                  cu.consolidation_min, cu.consolidation_age_days, owner)
     lessons = [[] for _ in golems]
     for grp in groups:
-        members = flat[grp]
+        members = slots.ravel()[grp]
         anchor = members[np.lexsort((members, -c["salience"][members]))[0]]
         lessons[owner[grp[0]]].append((anchor, members))
         c["consolidated"][members] = True
     lesson_ids = _write_lessons(mind, now_ms, list(zip(golems.tolist(), lessons)))
     # 5. reflex candidates, heat, low-confidence flags (on the slabs as the lessons left them)
-    acc = c["access_count"][slots]
-    c["heat"][slots[live]] = heat(np.where(live, acc, 0).astype(np.float64))[live]
-    low_conf = live & (c["confidence"][slots] < cfg.confidence.low_flag) & (acc >= cfg.confidence.low_flag_accesses)
-    c["low_conf"][slots[live]] = low_conf[live]
-    props = reflex.proposals(gr, golems, now_ms, cfg.reflex.promotion_min, cfg.reflex.promotion_window_days)
+    acc = rows("access_count")
+    put("heat", live, heat(np.where(live, acc, 0).astype(np.float64)))
+    low_conf = live & (rows("confidence") < cfg.confidence.low_flag) & (acc >= cfg.confidence.low_flag_accesses)
+    put("low_conf", live, low_conf)
+    props, owners = reflex.proposals(gr, golems, now_ms, cfg.reflex.promotion_min, cfg.reflex.promotion_window_days)
     applied = cfg.reflex.promotion == "auto"
     if applied:
-        for pr in props:
-            reflex.promote(gr, pr)
+        reflex.promote(gr, props)
     pop.curator_last_ms[golems] = now_ms
-    cols = dict(n_entries=n_recent, n_tagged=tagged.sum(axis=1), mean_valence=mean_v, mean_arousal=mean_a,
+    prop_ids = c["id"][props].tolist()
+    prop_bounds = np.searchsorted(owners, np.arange(n + 1)).tolist()
+    cols = dict(n_entries=n_recent, n_tagged=np.bincount(ri[tag], minlength=n), mean_valence=mean_v, mean_arousal=mean_a,
                 valence_correction=vc, arousal_correction=ac, reweighted=n_reweighted, reevaluated=biased.sum(axis=1),
-                reevaluation_contradicted=contradicted.sum(axis=1), promoted=up.sum(axis=1), demoted=down.sum(axis=1),
+                reevaluation_contradicted=n_contra, promoted=up.sum(axis=1), demoted=down.sum(axis=1),
                 archived=archive.sum(axis=1), low_confidence=low_conf.sum(axis=1))
-    rows = [dict(zip(cols, vals)) for vals in zip(*(v.tolist() for v in cols.values()))]
-    for row, ids, pr in zip(rows, lesson_ids, props):
-        row.update(lessons=ids, reflex_proposals=c["id"][pr].tolist(), reflex_applied=bool(applied and pr.size),
-                   balance=bool(cu.balance))
-    return rows
+    out = [dict(zip(cols, vals)) for vals in zip(*(v.tolist() for v in cols.values()))]
+    for row, ids, lo, hi in zip(out, lesson_ids, prop_bounds[:-1], prop_bounds[1:]):
+        row.update(lessons=ids, reflex_proposals=prop_ids[lo:hi], reflex_applied=applied and hi > lo, balance=bool(cu.balance))
+    return out
 
 
 def _write_lessons(mind, now_ms: int, lessons: list[tuple[int, list]]) -> list[list[int]]:
@@ -187,7 +196,9 @@ def _write_lessons(mind, now_ms: int, lessons: list[tuple[int, list]]) -> list[l
     c = gr.cols
     golem = np.array([g for _, g, _, _, _ in flat], dtype=np.int64)
     anchor = np.array([a for _, _, _, a, _ in flat], dtype=np.int64)
-    mean_outcome = np.array([float(c["outcome"][m].mean()) for *_, m in flat])
+    members = np.concatenate([m for *_, m in flat])
+    starts = np.cumsum([0] + [m.size for *_, m in flat[:-1]])
+    mean_outcome = np.array([float(c["outcome"][m].mean()) for *_, m in flat])   # float32 means, as numpy takes them
     cand = Candidates()
     cand.add(gr.emb[anchor].astype(np.float64), [mind.topic_name(t) for t in c["topic"][anchor].tolist()],
              p=c["p"][anchor].astype(np.float64), a=c["a"][anchor].astype(np.float64), d=c["d"][anchor].astype(np.float64),
@@ -196,16 +207,17 @@ def _write_lessons(mind, now_ms: int, lessons: list[tuple[int, list]]) -> list[l
              first_sighting=True, force_internal=False, arousal_bias=False, golem=golem, scope=c["scope"][anchor],
              seq=50 + np.array([j for _, _, j, _, _ in flat]), kind=KINDS.index("lesson"), role=2,
              category=gm.CATEGORIES.index("lesson"), decay_class=gm.REGIME, source_conf=cfg.confidence.inferred,
-             importance=np.array([float(c["importance"][m].max()) for *_, m in flat]), outcome=mean_outcome,
-             has_outcome=np.array([bool(c["has_outcome"][m].any()) for *_, m in flat]), event_kind="", force=True,
+             importance=np.maximum.reduceat(c["importance"][members], starts).astype(np.float64), outcome=mean_outcome,
+             has_outcome=np.logical_or.reduceat(c["has_outcome"][members], starts), event_kind="", force=True,
              raw_outcome=mean_outcome, regime=c["regime"][anchor])
     rows = write(cfg, gr, cand, now_ms)
     if rows is None:
         return out
     # each Golem's written ids in order, matched with its lessons in order (a refused write
     # shifts the match, as it did one Golem at a time)
+    lo, hi = (np.searchsorted(rows["golem"], [g for g, _ in lessons], side) for side in ("left", "right"))
     for i, (g, ls) in enumerate(lessons):
-        ids = rows["id"][rows["golem"] == g].tolist()
+        ids = rows["id"][lo[i]:hi[i]].tolist()   # rows come in Golem order
         for (_, members), eid in zip(ls, ids):
             gr.links[eid] = tuple(c["id"][members].tolist())
         out[i] = ids

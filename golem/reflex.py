@@ -96,15 +96,21 @@ def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
     return res
 
 
-def proposals(gr, golems: np.ndarray, now_ms: int, min_acted: int, window_days: float) -> list[np.ndarray]:
-    """Per Golem, the slots the curator proposes for reflex: acted on >= min_acted times, last
-    within the window, not yet reflex, and carrying event phrases to fire on."""
+def proposals(gr, golems: np.ndarray, now_ms: int, min_acted: int, window_days: float) -> tuple[np.ndarray, np.ndarray]:
+    """The slots the curator proposes for reflex, Golem by Golem: acted on >= min_acted times, last
+    within the window, not yet reflex, and carrying event phrases to fire on. Returns (slots, the
+    index into `golems` of each one's Golem)."""
     c = gr.cols
-    slots = np.asarray(golems, dtype=np.int64)[:, None] * gr.capacity + np.arange(gr.capacity)
-    ok = ((np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0) & ~c["reflex"][slots]
-          & (c["acted_on_count"][slots] >= min_acted) & (now_ms - c["last_acted_ms"][slots] <= window_days * 86_400_000))
-    ok[ok] = [e in gr.phrases for e in c["id"][slots[ok]].tolist()]
-    return [row[keep] for row, keep in zip(slots, ok)]
+    golems = np.asarray(golems, dtype=np.int64)
+    if not gr.phrases:   # no entry carries phrases: nothing to propose
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ids, acted, last, rf = (c[k].reshape(gr.n_golems, gr.capacity)[golems]
+                            for k in ("id", "acted_on_count", "last_acted_ms", "reflex"))
+    ok = ((np.arange(gr.capacity) < gr.count[golems][:, None]) & (ids >= 0) & ~rf & (acted >= min_acted)
+          & (now_ms - last <= window_days * 86_400_000))
+    ok[ok] = np.isin(ids[ok], np.fromiter(gr.phrases, dtype=np.int64, count=len(gr.phrases)))
+    owner, col = np.nonzero(ok)
+    return golems[owner] * gr.capacity + col, owner
 
 
 def promote(gr, slots: np.ndarray) -> None:
