@@ -212,8 +212,9 @@ def _read_arrays(path: Path, index: list) -> dict[str, np.ndarray]:
     return out
 
 
-#: share of the wall time checkpoints may take (tests set it to inf: checkpoint at every flush)
-BUDGET = 0.1
+#: share of the wall time checkpoints may take (recording's whole budget is 15 %; tests set it to
+#: inf: a checkpoint at every flush)
+BUDGET = 0.02
 
 
 def maybe_save(world, ckdir: Path, budget: float | None = None) -> Path | None:

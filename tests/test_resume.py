@@ -167,3 +167,21 @@ def test_checkpoint_of_another_format_is_refused(ref, tmp_path):
     code, text = cli("resume", out, "-q")
     assert code == 0, text
     assert content_hashes(out) == hashes
+
+
+def test_checkpoints_keep_to_their_wall_time_budget(monkeypatch, tmp_path):
+    """The first flush always saves; later ones only once the last save's cost is within the budget."""
+    from types import SimpleNamespace
+    saved = []
+
+    def slow_save(world, ckdir):
+        time.sleep(0.02)
+        saved.append(time.perf_counter())
+        return ckdir
+    monkeypatch.setattr(ckm, "save", slow_save)
+    world = SimpleNamespace()
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path          # first flush: saves
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # 0.02 s > 10 % of ~0 s
+    time.sleep(0.25)                                                        # 0.02 s <= 10 % of 0.25 s
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path
+    assert len(saved) == 2
