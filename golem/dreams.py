@@ -28,40 +28,78 @@ def intensity_now(gr: Grimoire, slots: np.ndarray, now_ms: int, half_life_days: 
     return np.where(c["has_tag"][slots], np.minimum(1.0, base + bo), 0.0)
 
 
-def select_replay(gr: Grimoire, g: int, now_ms: int, budget: int, half_life_days: float = 3.0,
+def select_replay(gr: Grimoire, golems: np.ndarray, now_ms: int, budget: int, half_life_days: float = 3.0,
                   boost: float = 0.3, score_fn=None) -> np.ndarray:
-    """NREM selection: the top `budget` live entries by intensity_at(now) x importance (ties: slot),
-    or by `score_fn(slots)` (HDC similarity to a high-arousal prototype under somatic_hdc)."""
+    """NREM selection, one row per Golem: the top `budget` live entries of its slab by
+    intensity_at(now) x importance (ties: slot), or by `score_fn(slots)` (HDC similarity to a
+    high-arousal prototype under somatic_hdc); -1 pads a slab with fewer live entries."""
     c = gr.cols
-    sl = gr.slab(g)
-    slots = np.flatnonzero((c["id"][sl] >= 0) & (c["status"][sl] != ARCHIVED)) + sl.start
-    if slots.size == 0:
-        return slots
+    golems = np.asarray(golems, dtype=np.int64)
+    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
+    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0) & (c["status"][slots] != ARCHIVED)
     if score_fn is None:
         scores = intensity_now(gr, slots, now_ms, half_life_days, boost) * c["importance"][slots]
-    else:
-        scores = score_fn(slots)
-    order = np.lexsort((slots, -scores))
-    return slots[order[:budget]]
+    else:   # fingerprints are large (1.25 KB an entry): slab by slab
+        scores = np.zeros(slots.shape)
+        for i in range(golems.size):
+            scores[i, live[i]] = score_fn(slots[i, live[i]])
+    # rank by (-score, slot); the dead slots last (every live score is >= 0). The top k of a row:
+    # every key below its k-th smallest, then ties at the k-th in slot order (no full sort)
+    key = np.where(live, -scores, np.inf)
+    k = min(budget, gr.capacity)
+    if k <= 0:
+        return np.zeros((golems.size, 0), dtype=np.int64)
+    kth = np.partition(key, k - 1, axis=1)[:, k - 1:k]
+    below = key < kth
+    tie = key == kth
+    top = below | (tie & (np.cumsum(tie, axis=1) <= k - below.sum(axis=1, keepdims=True)))
+    col = np.nonzero(top)[1].reshape(-1, k)                  # k per row, in slot order
+    order = np.take_along_axis(col, np.argsort(np.take_along_axis(key, col, axis=1), axis=1, kind="stable"), axis=1)
+    return np.where(np.take_along_axis(live, order, axis=1), np.take_along_axis(slots, order, axis=1), -1)
 
 
 def dream(gr: Grimoire, g: int, now_ms: int, cfg, score_fn=None) -> dict:
     """One DREAMING tick for Golem g; returns the figures for the `events` row."""
+    return dream_batch(gr, np.array([g]), now_ms, cfg, score_fn)[0]
+
+
+def dream_batch(gr: Grimoire, golems: np.ndarray, now_ms: int, cfg, score_fn=None) -> list[dict]:
+    """One DREAMING tick for each of `golems` at once (each touches its own slab only); returns
+    the figures for their `events` rows."""
     d = cfg.dream
     c = gr.cols
-    replay = select_replay(gr, g, now_ms, d.replay_budget, cfg.decay.half_life_days, cfg.decay.reactivation_boost, score_fn)
-    before_a = c["a"][replay].astype(np.float64)
-    c["confidence"][replay] = np.minimum(1.0, c["confidence"][replay] + d.confidence_boost)
-    tagged = replay[c["has_tag"][replay]]
+    golems = np.asarray(golems, dtype=np.int64)
+    replay = select_replay(gr, golems, now_ms, d.replay_budget, cfg.decay.half_life_days, cfg.decay.reactivation_boost,
+                           score_fn)
+    chosen = replay >= 0
+    r = replay[chosen]
+    before_a = c["a"][r].astype(np.float64)
+    c["confidence"][r] = np.minimum(1.0, c["confidence"][r] + d.confidence_boost)
+    tagged = r[c["has_tag"][r]]
     gr.set_tag_pad(tagged, a=rem_depotentiate(c["a"][tagged].astype(np.float64), d.rem_cycles))
-    sl = gr.slab(g)
-    live = np.flatnonzero(c["id"][sl] >= 0) + sl.start
-    pre = c["importance"][live].copy()
-    c["importance"][live] = pre * d.downscale
-    salient = c["salience"][live] >= 0.7
-    c["importance"][live[salient]] = pre[salient]
-    # mean |A| of the replayed tags: REM takes the charge out whichever the arousal's sign
-    return {"replayed": [int(x) for x in c["id"][replay]],
-            "arousal_before": float(np.abs(before_a).mean()) if replay.size else 0.0,
-            "arousal_after": float(np.abs(c["a"][replay]).mean()) if replay.size else 0.0, "downscaled": int((~salient).sum()),
-            "reboosted": int(salient.sum())}
+    after_a = c["a"][r]
+    # synaptic homeostasis over every live entry, the salient ones kept as they were
+    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
+    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0)
+    imp = c["importance"].reshape(gr.n_golems, gr.capacity)
+    pre = imp[golems]
+    salient = c["salience"][slots] >= 0.7
+    imp[golems] = np.where(live & ~salient, pre * d.downscale, pre)
+    # mean |A| of the replayed tags (REM takes the charge out whichever the arousal's sign), per
+    # Golem as numpy takes a mean: a full replay row by row at once, a short one on its own
+    n = chosen.sum(axis=1)
+    full = (n == replay.shape[1]) & (n > 0)
+    before, after = np.zeros(golems.size), np.zeros(golems.size)
+    if full.any():
+        before[full] = np.abs(before_a[np.repeat(full, n)].reshape(-1, replay.shape[1])).mean(axis=1)
+        after[full] = np.abs(after_a[np.repeat(full, n)].reshape(-1, replay.shape[1])).mean(axis=1)
+    bounds = np.concatenate([[0], np.cumsum(n)])
+    for i in np.flatnonzero(~full & (n > 0)):
+        before[i] = np.abs(before_a[bounds[i]:bounds[i + 1]]).mean()
+        after[i] = np.abs(after_a[bounds[i]:bounds[i + 1]]).mean()
+    ids = c["id"][r].tolist()
+    downscaled = (live & ~salient).sum(axis=1).tolist()
+    reboosted = (live & salient).sum(axis=1).tolist()
+    return [{"replayed": ids[lo:hi], "arousal_before": b, "arousal_after": a, "downscaled": dn, "reboosted": up}
+            for lo, hi, b, a, dn, up in zip(bounds[:-1].tolist(), bounds[1:].tolist(), before.tolist(), after.tolist(),
+                                            downscaled, reboosted)]

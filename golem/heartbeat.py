@@ -580,9 +580,7 @@ class Mind:
     def dream(self, ix: np.ndarray, obs: Observation, out: TickOutput) -> None:
         """Offline: no trading; NREM replay, REM depotentiation, synaptic homeostasis (SPEC §8)."""
         pop = self.pop
-        for g in ix:
-            g = int(g)
-            figures = dreams.dream(self.gr, g, obs.now_ms, self.cfg, self._dream_scores(g, obs.now_ms))
+        for g, figures in zip(ix.tolist(), dreams.dream_batch(self.gr, ix, obs.now_ms, self.cfg, self._dream_scores())):
             out.events.append(self._event(obs.now_ms, g, "dream", value=float(len(figures["replayed"])), payload=figures))
         price = obs.close[pop.asset[ix].astype(np.int64)]
         value = pop.cash[ix] + pop.units[ix] * price
@@ -603,7 +601,7 @@ class Mind:
                   marker_escalated=np.zeros(n, bool), cache_served=np.zeros(n, bool))
         out.heartbeats = hb
 
-    def _dream_scores(self, g: int, now_ms: int):
+    def _dream_scores(self):
         """Replay selection: intensity x importance (None), or HDC similarity to a high-arousal
         prototype when retrieval.mode is somatic_hdc (golem.hdc)."""
         if self.im is None:
