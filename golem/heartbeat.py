@@ -127,7 +127,8 @@ class Mind:
         liquidation = held & obs.seeing(("liquidation",))
         # the strategy's stop: price more than stop_loss below its recent peak (trend window) while held
         wlag = (t[:, None] - np.arange(cfg.decision.trend_window)[None, :]) % HIST
-        peak = np.nanmax(np.where(np.isnan(pop.price_hist[ix[:, None], wlag]), -np.inf, pop.price_hist[ix[:, None], wlag]), axis=1)
+        window = pop.price_hist[ix[:, None], wlag]
+        peak = np.where(np.isnan(window), -np.inf, window).max(axis=1)
         stop = held & (price < (1.0 - cfg.appraisal.stop_loss) * peak)
         ap = cfg.appraisal
         shock = stop * ap.stop_breach + exploit_held * ap.exploit_held + liquidation * ap.liquidation
@@ -176,7 +177,7 @@ class Mind:
             still = c["id"][s] >= 0
             agree = (signs[live] == np.broadcast_to(sgn[:, None], slots.shape)[live])
             delta = np.where(agree, cf.validation, -cf.contradiction)[still]
-            np.add.at(c["confidence"], s[still], delta.astype(np.float32))
+            c["confidence"][s[still]] += delta.astype(np.float32)   # distinct slots (see rt.touch)
             np.clip(c["confidence"], 0.0, 1.0, out=c["confidence"])
         pop.drove[ix] = -1
 
