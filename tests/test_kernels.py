@@ -283,3 +283,17 @@ def test_parallel_kernel_is_the_serial_kernel():
     for name, par in zip(("slots", "scores", "factors", "shadow", "pool"), out):
         np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
         np.testing.assert_array_equal(getattr(one, name), par)
+
+
+@FAST
+@given(arenas(), params, st.integers(0, 2**32 - 1))
+def test_served_factors_are_entry_factors_bit_for_bit(arena, prm, seed):
+    """The vectorised factors of served entries (decide, anti-rumination) = the scalar reference."""
+    gr, q, pad = arena
+    rng = np.random.default_rng(seed)
+    golem = rng.integers(0, gr.n_golems, 40)
+    slots = golem * gr.capacity + rng.integers(0, gr.capacity, 40)
+    got = rt.served_factors(gr, slots, q[golem], pad[golem], NOW, prm)
+    for i, (g, s) in enumerate(zip(golem, slots)):
+        sem, hours, imp, emo = rt.entry_factors(gr, int(s), q[g], tuple(pad[g]), NOW, prm)
+        assert got[i].tolist() == [sem, prm.temporal_base ** hours, imp, emo]
