@@ -136,6 +136,7 @@ def _pending(world) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
 def save(world, ckdir: Path) -> Path:
     """Write the checkpoint of `world` now (called by the flusher right after a flush)."""
     from sim.world import LOW
+    world.rec.sync()          # the parts this checkpoint claims are on disk before it exists
     ckdir = Path(ckdir)
     ckdir.mkdir(parents=True, exist_ok=True)
     pop, gr = world.pop, world.gr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,7 @@ class Recorder:
         self.buffered = {t: 0 for t in TABLES}
         self.part = part_start
         self.rows = {t: 0 for t in TABLES}
+        self._writing: list[Future] = []
         for t in TABLES:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
 
@@ -133,8 +135,15 @@ class Recorder:
     def pending(self) -> int:
         return sum(self.buffered.values())
 
-    def flush(self) -> list[str]:
-        """Write one part per non-empty table; returns the part paths written."""
+    def flush(self, background: bool = False) -> list[str]:
+        """Write one part per non-empty table; returns the part paths written (or being written).
+
+        `background`: the tables are built here, but encoding and writing them (Parquet + zstd,
+        most of a flush, done by Arrow without the GIL) happen on the writer thread while the
+        run goes on; `sync()` waits for them. Part files are still renamed into place whole."""
+        self._raise_failed()
+        if not background:
+            self.sync()
         written = []
         for table, cols in self.buf.items():
             if not self.buffered[table]:
@@ -145,9 +154,10 @@ class Recorder:
             if order is not None:
                 t = t.take(order)
             path = self.dir / table / f"part-{self.part:05d}.parquet"
-            sink = pa.BufferOutputStream()
-            pq.write_table(t, sink, **WRITE_OPTS)
-            atomic_write_bytes(path, sink.getvalue())
+            if background:
+                self._writing.append(_WRITER.submit(_write_part, path, t))
+            else:
+                _write_part(path, t)
             self.rows[table] += t.num_rows
             written.append(str(path.relative_to(self.dir)))
             for col in cols.values():
@@ -155,6 +165,28 @@ class Recorder:
             self.buffered[table] = 0
         self.part += 1
         return written
+
+    def sync(self) -> None:
+        """Wait until every part handed to the writer thread is on disk (re-raises its error)."""
+        writing, self._writing = self._writing, []
+        for f in writing:
+            f.result()
+
+    def _raise_failed(self) -> None:
+        done = [f for f in self._writing if f.done()]
+        self._writing = [f for f in self._writing if not f.done()]
+        for f in done:
+            f.result()
+
+
+#: one writer thread for the process: parts are independent files, so order does not matter
+_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder")
+
+
+def _write_part(path: Path, t: pa.Table) -> None:
+    sink = pa.BufferOutputStream()
+    pq.write_table(t, sink, **WRITE_OPTS)
+    atomic_write_bytes(path, sink.getvalue())
 
 
 def _kind(chunk) -> tuple:

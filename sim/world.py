@@ -230,7 +230,7 @@ class World:
         ev = first if first is not None else self.at(self.env.now + every, LOW)
         while True:
             yield ev
-            self.flush()
+            self.flush(background=True)
             if self.checkpoint_dir is not None:
                 from sim import checkpoint
                 checkpoint.maybe_save(self, self.checkpoint_dir)
@@ -340,10 +340,12 @@ class World:
             self._record_entries({k: np.concatenate([np.atleast_1d(r[k]) for r in rows]) for k in rows[0]})
             self._delivered_entries = []
 
-    def flush(self) -> None:
+    def flush(self, background: bool = False) -> None:
+        """Write the buffered rows; `background` (the periodic flush) leaves the Parquet encoding
+        to the recorder's writer thread (a checkpoint or the run's end waits for it)."""
         if self.rec is not None:
             self._record_deliveries()
-            self.rec.flush()
+            self.rec.flush(background)
 
     def run(self, until_s: float, resume=None) -> None:
         """Run to `until_s` (events at exactly until_s do not run, as with env.run(until)).

@@ -61,3 +61,27 @@ def test_flush_sorts_stably(tmp_path):
 def test_columns_of_different_lengths_are_refused(tmp_path):
     with pytest.raises(ValueError, match="different lengths"):
         Recorder(tmp_path).add("events", dict(_events([1, 2], Names(KINDS, [0, 0]), [0.0, 1.0]), value=[0.0]))
+
+
+def test_background_flush_writes_the_same_bytes_and_reports_failures(tmp_path, monkeypatch):
+    """A periodic flush encodes on the writer thread: after sync() the part is the synchronous one;
+    a write that failed there is raised by the next sync, not lost."""
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    fg, bg = Recorder(tmp_path / "fg"), Recorder(tmp_path / "bg")
+    fg.add("events", add)
+    bg.add("events", add)
+    assert fg.flush() == bg.flush(background=True) == ["events/part-00000.parquet"]
+    bg.sync()
+    part = "events/part-00000.parquet"
+    assert (tmp_path / "bg" / part).read_bytes() == (tmp_path / "fg" / part).read_bytes()
+    assert bg.rows["events"] == 3 and not list((tmp_path / "bg" / "events").glob("*.tmp"))
+
+    import sim.recorder as R
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(R, "atomic_write_bytes", full_disk)
+    bg.add("events", add)
+    bg.flush(background=True)
+    with pytest.raises(OSError, match="No space"):
+        bg.sync()
