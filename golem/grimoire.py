@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from golem import pad as padm
+from golem.context import normalise
 
 CATEGORIES = ("episode", "insight", "heuristic", "warning", "opportunity", "lesson", "death_reflection")
 DECAY_CLASSES = ("ephemeral", "tactical", "regime_conditional", "structural")
@@ -180,7 +181,7 @@ class Grimoire:
 
         Full slabs evict their lowest importance*confidence*(1+salience) non-protected entry
         (archived ones first); a slab with nothing evictable refuses the write (slot -1).
-        `unit`: the rows are already `unit_rows` output (bulk imports normalise as they draw,
+        `unit`: the rows are already `context.normalise` output (bulk imports normalise as they draw,
         without an N x d float64 copy).
         """
         golem = np.asarray(golem, dtype=np.int64)
@@ -203,7 +204,7 @@ class Grimoire:
         c["id"][s] = ids[ok]
         for name, v in values.items():
             c[name][s] = np.asarray(v)[ok] if np.ndim(v) else v
-        self.emb[s] = emb[ok] if unit else unit_rows(np.asarray(emb)[ok])
+        self.emb[s] = emb[ok] if unit else normalise(np.asarray(emb, dtype=np.float64)[ok])
         self._stamp_unit_pad(s)
         if self.on_insert is not None and s.size:
             self.on_insert(s)
@@ -226,12 +227,6 @@ class Grimoire:
                 self.cols[k][slots] = v
         self._stamp_unit_pad(np.asarray(slots))
 
-
-
-def unit_rows(emb: np.ndarray) -> np.ndarray:
-    """Embeddings as stored: each row scaled to unit length in float64, then float32."""
-    e = np.asarray(emb, dtype=np.float64)
-    return (e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
 _RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "last_reflex_ms": np.iinfo(np.int64).min // 2,

@@ -396,8 +396,9 @@ class Mind:
         # (3) the Golem's own action
         tr = ac["traded"]
         if tr.any():
-            side = np.where((ac["dexp"][tr] > 0)[:, None], self.lex.token("trade:buy"), self.lex.token("trade:sell"))
-            emb = dd["query"][tr].astype(np.float64) + 1.0 * side   # Lexicon.with_tokens, row by row
+            base = dd["query"][tr].astype(np.float64)
+            emb = np.where((ac["dexp"][tr] > 0)[:, None], self.lex.with_tokens(base, ["trade:buy"], 1.0),
+                           self.lex.with_tokens(base, ["trade:sell"], 1.0))
             cand.add(emb, self.topic_names(asset[tr], "trade"), **_sel(common, tr), seq=20,
                      kind=K_TRADE, role=ROLE_ACT, category=CAT["episode"], decay_class=gm.EPHEMERAL,
                      source_conf=cfg.confidence.own, importance=np.clip(np.abs(ac["dexp"][tr]), 0, 1),

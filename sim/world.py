@@ -17,6 +17,7 @@ import simpy
 from golem import clade as cladem
 from golem import grimoire as gm
 from golem import pad as padm
+from golem.context import normalise
 from golem.heartbeat import Mind, Observation, TickOutput
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
@@ -182,7 +183,7 @@ class World:
         emb = np.empty((total, self.gr.dim), dtype=np.float32)   # drawn and normalised in chunks
         for lo in range(0, total, 1 << 16):
             hi = min(lo + (1 << 16), total)
-            emb[lo:hi] = gm.unit_rows(rng.standard_normal((hi - lo, self.gr.dim)))
+            emb[lo:hi] = normalise(rng.standard_normal((hi - lo, self.gr.dim)))
         day = 86_400_000
         vals = dict(created_ms=-rng.integers(0, 30 * day, total), last_access_ms=-rng.integers(0, 5 * day, total),
                     window_ms=np.full(total, 60.0 * day), category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32),

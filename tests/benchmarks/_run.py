@@ -178,7 +178,7 @@ def main(argv=None) -> None:
     ap.add_argument("--duration", default=None, help="scenario duration override (default: the scenario's 10d)")
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--no-phases", action="store_true", help="no phase timers (to measure their overhead)")
-    ap.add_argument("--no-floor", action="store_true")
+    ap.add_argument("--no-floor", action="store_true", help="skip the floor, kernel, stream and peer measurements")
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
