@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from golem import grimoire as gm
+from golem.context import normalise
 
 SIGNALS = ("THREAT", "OPPORTUNITY", "WISDOM")
 
@@ -67,7 +68,9 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     values.update(created_ms=np.full(recv_all.size, now_ms), last_access_ms=np.full(recv_all.size, now_ms),
                   provenance=sender_all, curator_weight=np.ones(recv_all.size),
                   confidence=np.concatenate([s[8] for s in staged]))
-    slots, ids = gr.insert(recv_all, np.repeat(np.stack([s[1]["emb"] for s in staged]), n, axis=0), values)
+    # normalised once per pushed entry, not once per copy (row-wise, so the same bits)
+    emb = normalise(np.stack([s[1]["emb"] for s in staged]))
+    slots, ids = gr.insert(recv_all, np.repeat(emb, n, axis=0), values, unit=True)
     stored = slots >= 0
     if stored.any():
         copies = {k: v[stored] for k, v in values.items()}
