@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from sim.recorder import SCHEMAS, SORT_KEYS, WRITE_OPTS, Names, Recorder, read_table
+from sim.recorder import SCHEMAS, SORT_KEYS, Names, Recorder, read_table, write_options
 
 KINDS = ("flashbulb", "curator", "dream")
 
@@ -30,7 +30,7 @@ def _reference(adds: list[dict]) -> bytes:
                                                 for f in schema], schema=schema) for c in plain])
     t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in SORT_KEYS["events"]]))
     sink = pa.BufferOutputStream()
-    pq.write_table(t, sink, **WRITE_OPTS)
+    pq.write_table(t, sink, **write_options(t.schema))
     return sink.getvalue().to_pybytes()
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import cli
 
 from sim.market import generate
-from sim.recorder import WRITE_OPTS, content_hashes, table_files
+from sim.recorder import content_hashes, table_files, write_options
 from sim.run import execute
 from sim.scenario import load_scenario
 
@@ -64,7 +64,7 @@ def _tamper(run, table, part_index, row, column, delta):
     vals = t.column(column).to_pylist()
     vals[row] = vals[row] + delta
     t = t.set_column(t.schema.get_field_index(column), column, pl.Series(vals).to_arrow().cast(t.schema.field(column).type))
-    pq.write_table(t, f, **WRITE_OPTS)
+    pq.write_table(t, f, **write_options(t.schema))
     return sum(pq.ParquetFile(x).metadata.num_rows for x in table_files(run, table)[:part_index]) + row
 
 
