@@ -35,7 +35,7 @@ def capture(gr: gm.Grimoire, slot: int) -> dict:
     return entry
 
 
-def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -> tuple[int, list[dict]]:
+def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -> tuple[int, dict | None]:
     """Store the inherited copies and apply contagion for pushes arriving at one instant.
 
     `parcels` is a list of (sender, entry, alert_type, receivers, latency_ms) in arrival order;
@@ -45,7 +45,8 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     insert, in the same order as one-by-one inserts would. The copy keeps the sender's emotional
     tag (it is the sender's feeling that travels); its confidence is the 'inherited' source (0.6)
     times the receiver's arousal encoding factor. Returns the number of deliveries and, when
-    `rows` (someone records them), their `events` rows; the `entries` rows of the stored copies
+    `rows` (someone records them), their `contagion` events as columns, one row per delivery in
+    delivery order (the recorder formats the payload); the `entries` rows of the stored copies
     go to `mind.pending_entries`.
     """
     gr, pop, cfg = mind.gr, mind.pop, mind.cfg
@@ -81,18 +82,18 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
                     event_kind=np.full(k, "", dtype=object))
         mind.pending_entries.append(copies)
     if not rows:
-        return recv_all.size, []
-    events, at = [], 0
-    clade_of, tick_of = pop.clade, pop.tick
-    for sender, entry, alert_type, recv, latency_ms, tag, before, after, conf in staged:
-        sig = signal_type(alert_type, gm.CATEGORIES[int(entry["category"])], float(tag[0]))
-        tag_l, sender_entry = tag.tolist(), int(entry["id"])
-        for j, r in enumerate(recv.tolist()):
-            b, a = before[j].tolist(), after[j].tolist()
-            events.append(dict(time_ms=now_ms, golem_id=r, clade_id=int(clade_of[r]), kind="contagion",
-                               tick=int(tick_of[r]), entry_id=int(ids[at + j]), other_golem=sender, value=a[1] - b[1],
-                               payload={"alert_type": alert_type, "signal": sig, "latency_ms": int(latency_ms[j]),
-                                        "sender_entry": sender_entry, "pad_before": b, "pad_after": a, "tag": tag_l,
-                                        "inherited_confidence": float(conf[j]), "stored": bool(stored[at + j])}))
-        at += len(recv)
-    return recv_all.size, events
+        return recv_all.size, None
+    at = np.repeat(np.arange(len(staged)), n)      # the parcel of each delivery
+    kinds = [(alert_type, signal_type(alert_type, gm.CATEGORIES[int(entry["category"])], float(tag[0])))
+             for _, entry, alert_type, _, _, tag, *_ in staged]
+    before = np.concatenate([s[6] for s in staged])
+    after = np.concatenate([s[7] for s in staged])
+    return recv_all.size, dict(
+        time_ms=now_ms, golem_id=recv_all, clade_id=pop.clade[recv_all], tick=pop.tick[recv_all], entry_id=ids,
+        other_golem=sender_all, value=after[:, 1] - before[:, 1],
+        # the payload's fields, one row per delivery (the recorder writes them as JSON)
+        alert_type=np.array([k[0] for k in kinds], dtype=object)[at], signal=np.array([k[1] for k in kinds], dtype=object)[at],
+        latency_ms=np.concatenate([np.asarray(s[4], dtype=np.int64) for s in staged]),
+        sender_entry=np.array([int(s[1]["id"]) for s in staged], dtype=np.int64)[at],
+        pad_before=before, pad_after=after, tag=np.stack([s[5] for s in staged])[at],
+        inherited_confidence=np.concatenate([s[8] for s in staged]), stored=stored)

@@ -253,6 +253,43 @@ def list_column(values: np.ndarray, mask: np.ndarray, dtype: pa.DataType) -> pa.
     return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
+def json_floats(x) -> pa.Array:
+    """Each float as `json.dumps` writes it (Python's shortest repr; NaN, Infinity), without a
+    Python call per value. Arrow's shortest-digits cast gives the same digits as repr, but drops
+    the '.0' of integral values (given back here) and switches to exponent notation at other
+    magnitudes: below 1e-4 and from about 1e10 (those, and non-finite values, go through json
+    itself; they are rare in the tables)."""
+    x = np.asarray(x, dtype=np.float64)
+    s = pc.cast(pa.array(x), pa.string())
+    ax = np.abs(x)
+    odd = ~np.isfinite(x) | ((ax < 1e-4) & (x != 0)) | (ax >= 1e9)
+    with np.errstate(invalid="ignore"):     # signalling NaNs
+        integral = (x == np.floor(x)) & ~odd
+    if integral.any():
+        s = pc.if_else(pa.array(integral), pc.binary_join_element_wise(s, ".0", ""), s)
+    if odd.any():
+        fix = np.full(x.size, None, dtype=object)
+        fix[odd] = [json.dumps(v) for v in x[odd].tolist()]
+        s = pc.if_else(pa.array(odd), pa.array(fix, type=pa.string()), s)
+    return s
+
+
+def json_ints(x) -> pa.Array:
+    return pc.cast(pa.array(np.asarray(x, dtype=np.int64)), pa.string())
+
+
+def json_strings(x) -> pa.Array:
+    """JSON string literals of an object array of str (json.dumps once per distinct value)."""
+    values, inverse = np.unique(np.asarray(x, dtype=object).astype(str), return_inverse=True)
+    return pa.array([json.dumps(v) for v in values.tolist()], type=pa.string()).take(pa.array(inverse.ravel()))
+
+
+def join_strings(*parts) -> pa.Array:
+    """Concatenate, row by row, string arrays (Arrow or `Names`) and constant strings."""
+    parts = [_column([p], pa.string()) if isinstance(p, Names) else p for p in parts]
+    return pc.binary_join_element_wise(*parts, "")
+
+
 def _py(v):
     if isinstance(v, np.ndarray) and v.dtype == object:
         return v.tolist()

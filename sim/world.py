@@ -22,13 +22,18 @@ from golem.heartbeat import Mind, Observation, TickOutput
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
-from sim.recorder import Names, list_column
+from sim.recorder import Names, join_strings, json_floats, json_ints, json_strings, list_column
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
 
 
 #: json.dumps(payload, sort_keys=True, default=float) without building an encoder per event
 _payload_json = json.JSONEncoder(sort_keys=True, default=float).encode
+
+
+def _empty_lists(n: int) -> pa.Array:
+    """n empty list<int64> cells (no Python list per row)."""
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], type=pa.int64()))
 
 
 @dataclass
@@ -93,7 +98,7 @@ class World:
         self.cohorts = self._cohorts()
         self.latency = self._latencies()
         self.event_seq = 0
-        self._delivered_events: list[dict] = []     # Clade deliveries waiting to be recorded (batched)
+        self._delivered_events: list[dict] = []     # Clade deliveries waiting to be recorded (column batches)
         self._delivered_entries: list[dict] = []
         self.market_step = -1
         # sim time 0 is the close of the first bar, so the first heartbeat sees a CLOSED bar
@@ -320,22 +325,22 @@ class World:
         for sender, entry, alert_type, recv, delays in parcels:
             keep = alive[recv] & (recv != sender)   # a dead Golem receives nothing
             if keep.any():
-                live.append((sender, entry, alert_type, recv[keep], [int(round(d * 1000)) for d in delays[keep].tolist()]))
+                live.append((sender, entry, alert_type, recv[keep], np.rint(delays[keep] * 1000).astype(np.int64)))
         if not live:
             return
         n, rows = cladem.receive(self.mind, live, self.now_ms, self.cfg.clade.contagion_attenuation,
                                  rows=self.rec is not None)
         self.stats.deliveries += n
         if self.rec is not None:
-            # buffered: one recorder call per batch (a 100-Golem Clade turns one flashbulb into 99 deliveries)
-            self._delivered_events.extend(rows)
+            # buffered until the next emit (a 100-Golem Clade turns one flashbulb into 99 deliveries)
+            self._delivered_events.append(rows)
             self._delivered_entries.extend(self.mind.pending_entries)
         self.mind.pending_entries = []
 
     def _record_deliveries(self) -> None:
-        if self._delivered_events:
-            self._record_events(self._delivered_events)
-            self._delivered_events = []
+        for batch in self._delivered_events:
+            self._record_contagion(batch)
+        self._delivered_events = []
         if self._delivered_entries:
             rows = self._delivered_entries
             self._record_entries({k: np.concatenate([np.atleast_1d(r[k]) for r in rows]) for k in rows[0]})
@@ -413,7 +418,7 @@ class World:
         contra = r.get("contrarian_ids")
         self.rec.add("retrievals", dict(
             time_ms=r["time_ms"], golem_id=r["golem_id"], clade_id=self.pop.clade[r["golem_id"]], tick=r["tick"],
-            profile=pa.array([self.cfg.retrieval.profile] * n), query_p=r["query_p"], query_a=r["query_a"],
+            profile=Names((self.cfg.retrieval.profile,), np.zeros(n, dtype=np.int8)), query_p=r["query_p"], query_a=r["query_a"],
             query_d=r["query_d"], ids=lists(r["ids"], served, i64), scores=lists(r["scores"]),
             semantic=lists(r["factors"][:, :, 0]), temporal=lists(r["factors"][:, :, 1]),
             importance=lists(r["factors"][:, :, 2]), emotional=lists(r["factors"][:, :, 3]),
@@ -422,7 +427,7 @@ class World:
             served_mean_emotional=r["served_mean_emotional"], served_mean_valence=r["served_mean_valence"],
             anti_rumination=r["anti_rumination"], low_conf_ids=lists(r["low_conf_ids"], r["low_conf_ids"] >= 0, i64),
             reactivated=r["reactivated"], memory_signal=r["memory_signal"], cache_served=r["cache_served"],
-            contrarian_ids=contra if contra is not None else [[] for _ in range(n)],
+            contrarian_ids=contra if contra is not None else _empty_lists(n),
             contrarian_changed=r.get("contrarian_changed", np.zeros(n, dtype=bool))))
 
     def _record_entries(self, e: dict) -> None:
@@ -457,6 +462,27 @@ class World:
         # most payloads are empty
         cols["payload"] = ["{}" if ev["payload"] == {} else _payload_json(ev["payload"]) for ev in events]
         self.rec.add("events", dict(cols, seq=seq))
+
+    def _record_contagion(self, c: dict) -> None:
+        """`contagion` events from clade.receive's columns; the payload JSON is assembled by Arrow
+        string kernels, the same text `_payload_json` writes for the dict, key for key."""
+        n = c["golem_id"].size
+        seq = np.arange(self.event_seq, self.event_seq + n)
+        self.event_seq += n
+        self.stats.events += n
+        f, b, a, tag = json_floats, c["pad_before"], c["pad_after"], c["tag"]
+        payload = join_strings(
+            '{"alert_type": ', json_strings(c["alert_type"]), ', "inherited_confidence": ', f(c["inherited_confidence"]),
+            ', "latency_ms": ', json_ints(c["latency_ms"]),
+            ', "pad_after": [', f(a[:, 0]), ", ", f(a[:, 1]), ", ", f(a[:, 2]),
+            '], "pad_before": [', f(b[:, 0]), ", ", f(b[:, 1]), ", ", f(b[:, 2]),
+            '], "sender_entry": ', json_ints(c["sender_entry"]), ', "signal": ', json_strings(c["signal"]),
+            ', "stored": ', Names(("false", "true"), c["stored"].astype(np.int8)),
+            ', "tag": [', f(tag[:, 0]), ", ", f(tag[:, 1]), ", ", f(tag[:, 2]), "]}")
+        self.rec.add("events", dict(
+            time_ms=np.full(n, c["time_ms"], dtype=np.int64), seq=seq, golem_id=c["golem_id"], clade_id=c["clade_id"],
+            tick=c["tick"], kind=Names(("contagion",), np.zeros(n, dtype=np.int8)), entry_id=c["entry_id"],
+            other_golem=c["other_golem"], value=c["value"], payload=payload))
 
     def _record_snapshot(self, s: dict) -> None:
         A = len(self.tape.assets)

@@ -102,3 +102,18 @@ def test_clades_of_different_sizes_and_networks(panic_run):
     assert pop.clade_names == ("sentinels", "watchers")
     assert np.bincount(pop.clade).tolist() == [5, 3]
     assert panic_run.world.latency == {0: (2.0, 1.0), 1: (30.0, 5.0)}
+
+
+def test_contagion_payloads_are_the_json_of_their_fields(panic_run):
+    """The payload text is assembled column-wise; it must be exactly what json writes for the
+    same dict (sorted keys, Python float repr), and agree with the row's own columns."""
+    import json
+    encode = json.JSONEncoder(sort_keys=True, default=float).encode
+    ev, ps = _contagion(panic_run)
+    assert ev.height > 100
+    for text, p, value, other in zip(ev["payload"], ps, ev["value"], ev["other_golem"]):
+        assert encode(p) == text
+        assert set(p) == {"alert_type", "signal", "latency_ms", "sender_entry", "pad_before", "pad_after", "tag",
+                          "inherited_confidence", "stored"}
+        assert value == p["pad_after"][1] - p["pad_before"][1]
+        assert p["signal"] in clade.SIGNALS and isinstance(p["stored"], bool) and p["latency_ms"] > 0

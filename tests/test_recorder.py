@@ -1,13 +1,18 @@
 """The recorder buffers column chunks of any kind and writes what converting every add would."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sim.recorder import SCHEMAS, SORT_KEYS, Names, Recorder, read_table, write_options
+from sim.recorder import (SCHEMAS, SORT_KEYS, Names, Recorder, join_strings, json_floats, json_ints, json_strings,
+                          read_table, write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
 
@@ -85,3 +90,22 @@ def test_background_flush_writes_the_same_bytes_and_reports_failures(tmp_path, m
     bg.flush(background=True)
     with pytest.raises(OSError, match="No space"):
         bg.sync()
+
+
+EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
+               1e16, 123456789.0, 1.7976931348623157e308, float("nan"), float("inf"), float("-inf"), 0.1 + 0.2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.floats(-1, 1) | st.sampled_from(EDGE_FLOATS),
+                max_size=40))
+def test_json_floats_are_what_json_writes(xs):
+    assert json_floats(np.array(xs, dtype=np.float64)).to_pylist() == [json.dumps(x) for x in xs]
+
+
+def test_json_strings_ints_and_joins():
+    names = np.array(["flashbulb", 'say "hi"', "é", "flashbulb"], dtype=object)
+    assert json_strings(names).to_pylist() == [json.dumps(x) for x in names]
+    assert json_ints(np.array([0, -7, 2**40])).to_pylist() == ["0", "-7", str(2**40)]
+    joined = join_strings("{", json_ints(np.array([1, 2])), ", ", Names(("false", "true"), np.array([1, 0])), "}")
+    assert joined.to_pylist() == ["{1, true}", "{2, false}"]
