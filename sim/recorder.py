@@ -113,6 +113,20 @@ class Names:
         return len(self.codes)
 
 
+class Lists:
+    """A list column given as a (rows, k) array and a mask of the cells each row keeps (in
+    order): kept as numpy until the flush, where all of a column's chunks become one list array
+    (a list array per tick and column was most of the cost of recording the retrievals)."""
+
+    __slots__ = ("values", "mask")
+
+    def __init__(self, values, mask):
+        self.values, self.mask = np.asarray(values), np.asarray(mask, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.mask)
+
+
 class Recorder:
     """Buffers rows per table as column chunks and writes a part file per flush.
 
@@ -202,6 +216,8 @@ def _write_part(path: Path, t: pa.Table) -> None:
 def _kind(chunk) -> tuple:
     if isinstance(chunk, Names):
         return ("names", chunk.names)
+    if isinstance(chunk, Lists):
+        return ("lists", chunk.values.shape[1:], chunk.values.dtype)
     if isinstance(chunk, pa.Array):
         return ("arrow",)
     if isinstance(chunk, np.ndarray) and chunk.dtype != object:
@@ -219,6 +235,9 @@ def _column(chunks: list, dtype: pa.DataType) -> pa.Array:
     if kind[0] == "names":
         codes = np.arange(len(kind[1]))[np.concatenate([c.codes for c in chunks])]  # numpy's index rules
         return pa.array(kind[1], type=dtype).take(codes)
+    if kind[0] == "lists":
+        return list_column(np.concatenate([c.values for c in chunks]), np.concatenate([c.mask for c in chunks]),
+                           dtype.value_type)
     if kind[0] == "arrow":
         return pa.concat_arrays(chunks)
     if kind[0] == "numpy":
@@ -245,7 +264,7 @@ def _sort_order(t: pa.Table, keys: tuple[str, ...]) -> pa.Array | None:
 
 
 def list_column(values: np.ndarray, mask: np.ndarray, dtype: pa.DataType) -> pa.Array:
-    """A list<...> column from a (rows, k) array and a mask of the cells to keep, in row order,
+    """A list<dtype> column from a (rows, k) array and a mask of the cells to keep, in row order,
     built from offsets without a Python loop (NaN kept cells become null)."""
     kept = np.concatenate([[0], np.cumsum(mask.ravel())])   # kept cells before each flat position
     offsets = kept[np.arange(mask.shape[0] + 1) * mask.shape[1]].astype(np.int32)  # (a row sum is slower)

@@ -22,7 +22,7 @@ from golem.heartbeat import Mind, Observation, TickOutput
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
-from sim.recorder import Names, join_strings, json_floats, json_ints, json_strings, list_column
+from sim.recorder import Lists, Names, join_strings, json_floats, json_ints, json_strings
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
 
@@ -410,22 +410,21 @@ class World:
         served = r["ids"] >= 0
         n = served.shape[0]
         mode = self.cfg.retrieval.salience_rank
-        i64, f64 = pa.int64(), pa.float64()
 
-        def lists(a, mask=served, dtype=f64):
-            return list_column(np.asarray(a), mask, dtype)
-        shadow = (pa.nulls(n, pa.list_(i64)) if mode == "off" else lists(r["shadow_ids"], r["shadow_ids"] >= 0, i64))
+        def lists(a, mask=served):
+            return Lists(a, mask)
+        shadow = pa.nulls(n, pa.list_(pa.int64())) if mode == "off" else lists(r["shadow_ids"], r["shadow_ids"] >= 0)
         contra = r.get("contrarian_ids")
         self.rec.add("retrievals", dict(
             time_ms=r["time_ms"], golem_id=r["golem_id"], clade_id=self.pop.clade[r["golem_id"]], tick=r["tick"],
             profile=Names((self.cfg.retrieval.profile,), np.zeros(n, dtype=np.int8)), query_p=r["query_p"], query_a=r["query_a"],
-            query_d=r["query_d"], ids=lists(r["ids"], served, i64), scores=lists(r["scores"]),
+            query_d=r["query_d"], ids=lists(r["ids"], served), scores=lists(r["scores"]),
             semantic=lists(r["factors"][:, :, 0]), temporal=lists(r["factors"][:, :, 1]),
             importance=lists(r["factors"][:, :, 2]), emotional=lists(r["factors"][:, :, 3]),
             valences=lists(r["valences"]), salience_shadow=shadow, pool_n=r["pool_n"],
             pool_mean_emotional=r["pool_mean_emotional"], pool_mean_valence=r["pool_mean_valence"],
             served_mean_emotional=r["served_mean_emotional"], served_mean_valence=r["served_mean_valence"],
-            anti_rumination=r["anti_rumination"], low_conf_ids=lists(r["low_conf_ids"], r["low_conf_ids"] >= 0, i64),
+            anti_rumination=r["anti_rumination"], low_conf_ids=lists(r["low_conf_ids"], r["low_conf_ids"] >= 0),
             reactivated=r["reactivated"], memory_signal=r["memory_signal"], cache_served=r["cache_served"],
             contrarian_ids=contra if contra is not None else _empty_lists(n),
             contrarian_changed=r.get("contrarian_changed", np.zeros(n, dtype=bool))))

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.recorder import (SCHEMAS, SORT_KEYS, Names, Recorder, join_strings, json_floats, json_ints, json_strings,
+from sim.recorder import (SCHEMAS, SORT_KEYS, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
+                          json_strings,
                           read_table, write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
@@ -109,3 +110,14 @@ def test_json_strings_ints_and_joins():
     assert json_ints(np.array([0, -7, 2**40])).to_pylist() == ["0", "-7", str(2**40)]
     joined = join_strings("{", json_ints(np.array([1, 2])), ", ", Names(("false", "true"), np.array([1, 0])), "}")
     assert joined.to_pylist() == ["{1, true}", "{2, false}"]
+
+
+def test_list_chunks_become_the_lists_of_their_kept_cells():
+    a1 = np.array([[1.0, 2.0, np.nan], [4.0, 5.0, 6.0]])
+    a2 = np.array([[7.0, np.nan, 9.0]])
+    m1 = np.array([[True, True, True], [False, True, False]])
+    m2 = np.array([[False, False, False]])
+    col = _column([Lists(a1, m1), Lists(a2, m2)], pa.list_(pa.float64()))
+    assert col.to_pylist() == [[1.0, 2.0, None], [5.0], []]
+    ids = _column([Lists(np.array([[3, -1], [-1, -1]]), np.array([[True, False], [False, False]]))], pa.list_(pa.int64()))
+    assert ids.type == pa.list_(pa.int64()) and ids.to_pylist() == [[3], []]
