@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.recorder import (SCHEMAS, SORT_KEYS, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
-                          json_strings,
-                          read_table, write_options)
+                          json_strings, read_table, write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
 
