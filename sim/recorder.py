@@ -221,7 +221,8 @@ def _kind(chunk) -> tuple:
     if isinstance(chunk, pa.Array):
         return ("arrow",)
     if isinstance(chunk, np.ndarray) and chunk.dtype != object:
-        return ("numpy", chunk.dtype)
+        # chunks of one kind of number (int32 and int64 ...) concatenate exactly to their common type
+        return ("numpy", chunk.dtype.kind)
     return ("python",)  # lists and object arrays: converted element by element
 
 

@@ -31,6 +31,10 @@ from sim.scenario import Scenario, parse_duration
 _payload_json = json.JSONEncoder(sort_keys=True, default=float).encode
 
 
+_EVENT_NUMBERS = {"time_ms": np.int64, "golem_id": np.int64, "clade_id": np.int64, "tick": np.int64, "entry_id": np.int64,
+                  "other_golem": np.int64, "value": np.float64}
+
+
 def _empty_lists(n: int) -> pa.Array:
     """n empty list<int64> cells (no Python list per row)."""
     return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], type=pa.int64()))
@@ -456,10 +460,12 @@ class World:
         seq = np.arange(self.event_seq, self.event_seq + len(events))
         self.event_seq += len(events)
         self.stats.events += len(events)
-        cols = {k: [ev[k] for ev in events] for k in ("time_ms", "golem_id", "clade_id", "tick", "kind", "entry_id",
-                                                      "other_golem", "value")}
+        # numpy and Arrow columns, as the contagion batches give them: one conversion per flush
+        cols = {k: np.array([ev[k] for ev in events], dtype=dt) for k, dt in _EVENT_NUMBERS.items()}
+        cols["kind"] = pa.array([ev["kind"] for ev in events], type=pa.string())
         # most payloads are empty
-        cols["payload"] = ["{}" if ev["payload"] == {} else _payload_json(ev["payload"]) for ev in events]
+        cols["payload"] = pa.array(["{}" if ev["payload"] == {} else _payload_json(ev["payload"]) for ev in events],
+                                   type=pa.string())
         self.rec.add("events", dict(cols, seq=seq))
 
     def _record_contagion(self, c: dict) -> None:
@@ -480,7 +486,7 @@ class World:
             ', "tag": [', f(tag[:, 0]), ", ", f(tag[:, 1]), ", ", f(tag[:, 2]), "]}")
         self.rec.add("events", dict(
             time_ms=np.full(n, c["time_ms"], dtype=np.int64), seq=seq, golem_id=c["golem_id"], clade_id=c["clade_id"],
-            tick=c["tick"], kind=Names(("contagion",), np.zeros(n, dtype=np.int8)), entry_id=c["entry_id"],
+            tick=c["tick"], kind=pa.repeat(pa.scalar("contagion", pa.string()), n), entry_id=c["entry_id"],
             other_golem=c["other_golem"], value=c["value"], payload=payload))
 
     def _record_snapshot(self, s: dict) -> None:

@@ -120,3 +120,12 @@ def test_list_chunks_become_the_lists_of_their_kept_cells():
     assert col.to_pylist() == [[1.0, 2.0, None], [5.0], []]
     ids = _column([Lists(np.array([[3, -1], [-1, -1]]), np.array([[True, False], [False, False]]))], pa.list_(pa.int64()))
     assert ids.type == pa.list_(pa.int64()) and ids.to_pylist() == [[3], []]
+
+
+def test_number_chunks_of_different_widths_concatenate_exactly():
+    col = _column([np.array([1, 2], np.int32), np.array([2**40], np.int64)], pa.int64())
+    assert col.to_pylist() == [1, 2, 2**40]
+    col = _column([np.array([0.1], np.float32), np.array([0.1, np.nan])], pa.float64())
+    assert col.to_pylist() == [float(np.float32(0.1)), 0.1, None]
+    mixed = _column([np.array([2**62 + 1], np.uint64), np.array([-1], np.int64)], pa.int64())   # never via float64
+    assert mixed.to_pylist() == [2**62 + 1, -1]
