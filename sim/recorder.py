@@ -162,9 +162,10 @@ class Recorder:
     def flush(self, background: bool = False) -> list[str]:
         """Write one part per non-empty table; returns the part paths written (or being written).
 
-        `background`: the tables are built here, but encoding and writing them (Parquet + zstd,
-        most of a flush, done by Arrow without the GIL) happen on the writer thread while the
-        run goes on; `sync()` waits for them. Part files are still renamed into place whole."""
+        `background`: the buffered chunks are handed to the writer thread, which builds, sorts,
+        encodes (Parquet + zstd) and writes each part while the run goes on (most of that is
+        Arrow and numpy work outside the GIL); `sync()` waits for them. The chunks are never
+        touched again by the run. Part files are still renamed into place whole."""
         self._raise_failed()
         if not background:
             self.sync()
@@ -172,20 +173,14 @@ class Recorder:
         for table, cols in self.buf.items():
             if not self.buffered[table]:
                 continue
-            schema = SCHEMAS[table]
-            t = pa.Table.from_arrays([_column(cols[f.name], f.type) for f in schema], schema=schema)
-            order = _sort_order(t, SORT_KEYS.get(table, ()))
-            if order is not None:
-                t = t.take(order)
             path = self.dir / table / f"part-{self.part:05d}.parquet"
             if background:
-                self._writing.append(_WRITER.submit(_write_part, path, t))
+                self._writing.append(_WRITER.submit(_build_and_write, path, table, cols))
             else:
-                _write_part(path, t)
-            self.rows[table] += t.num_rows
+                _build_and_write(path, table, cols)
+            self.rows[table] += self.buffered[table]
             written.append(str(path.relative_to(self.dir)))
-            for col in cols.values():
-                col.clear()
+            self.buf[table] = {name: [] for name in cols}
             self.buffered[table] = 0
         self.part += 1
         return written
@@ -205,6 +200,15 @@ class Recorder:
 
 #: one writer thread for the process: parts are independent files, so order does not matter
 _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder")
+
+
+def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> None:
+    schema = SCHEMAS[table]
+    t = pa.Table.from_arrays([_column(cols[f.name], f.type) for f in schema], schema=schema)
+    order = _sort_order(t, SORT_KEYS.get(table, ()))
+    if order is not None:
+        t = t.take(order)
+    _write_part(path, t)
 
 
 def _write_part(path: Path, t: pa.Table) -> None:
