@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from golem import pad as padm
 from golem.context import normalise
@@ -242,40 +242,52 @@ def _lowest(buf):
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class, flashbulb, status):
-    """Sequentially choose a slot for each new entry: the next free one, else evict.
+    """Sequentially choose a slot for each new entry of each Golem: the next free one, else evict.
 
     A full slab is scored branch-free into a buffer (protected = +inf, archived = -1), then the
     first slot holding the minimum wins: the same choice as the plain loop in the tests, about 3x
-    faster, which matters because every write by a Golem with a full Grimoire scans its slab."""
+    faster, which matters because every write by a Golem with a full Grimoire scans its slab.
+    A Golem's entries are placed in batch order; Golems touch only their own slabs, so they are
+    spread over numba's threads with the same result."""
     out = np.empty(golem.size, dtype=np.int64)
-    buf = np.empty(cap)
+    order = np.argsort(golem, kind="mergesort")      # stable: a Golem's entries in batch order
+    starts = np.empty(golem.size + 1, dtype=np.int64)
+    n_groups = 0
+    for j in range(golem.size):
+        if j == 0 or golem[order[j]] != golem[order[j - 1]]:
+            starts[n_groups] = j
+            n_groups += 1
+    starts[n_groups] = golem.size
     keep = np.float32(0.7)
-    for i in range(golem.size):
-        g = golem[i]
-        base = g * cap
-        if count[g] < cap:
-            out[i] = base + count[g]
-            count[g] += 1
-            continue
-        imp, conf, sl = importance[base:base + cap], confidence[base:base + cap], sal[base:base + cap]
-        dc, fb, st = decay_class[base:base + cap], flashbulb[base:base + cap], status[base:base + cap]
-        for j in range(cap):
-            # float32 product and comparison, as numpy does on the columns: a stored 0.7
-            # (0.69999999) is protected
-            score = np.float64(imp[j] * conf[j]) * (1.0 + sl[j])
-            score = -1.0 if st[j] == 3 else score          # archived entries go first
-            protected = (dc[j] == 3) | fb[j] | (sl[j] >= keep)
-            buf[j] = np.inf if protected else score
-        low = _lowest(buf)
-        best = -1
-        if low < np.inf:
-            for j in range(cap):
-                if buf[j] == low:     # ties keep the earlier slot (deterministic)
-                    best = base + j
-                    break
-        if best >= 0:
-            decay_class[best] = 3  # now holds a new entry of this batch: off-limits until written
-        out[i] = best
+    for grp in prange(n_groups):
+        buf = np.empty(cap)
+        for j in range(starts[grp], starts[grp + 1]):
+            i = order[j]
+            g = golem[i]
+            base = g * cap
+            if count[g] < cap:
+                out[i] = base + count[g]
+                count[g] += 1
+                continue
+            imp, conf, sl = importance[base:base + cap], confidence[base:base + cap], sal[base:base + cap]
+            dc, fb, st = decay_class[base:base + cap], flashbulb[base:base + cap], status[base:base + cap]
+            for t in range(cap):
+                # float32 product and comparison, as numpy does on the columns: a stored 0.7
+                # (0.69999999) is protected
+                score = np.float64(imp[t] * conf[t]) * (1.0 + sl[t])
+                score = -1.0 if st[t] == 3 else score          # archived entries go first
+                protected = (dc[t] == 3) | fb[t] | (sl[t] >= keep)
+                buf[t] = np.inf if protected else score
+            low = _lowest(buf)
+            best = -1
+            if low < np.inf:
+                for t in range(cap):
+                    if buf[t] == low:     # ties keep the earlier slot (deterministic)
+                        best = base + t
+                        break
+            if best >= 0:
+                decay_class[best] = 3  # now holds a new entry of this batch: off-limits until written
+            out[i] = best
     return out
