@@ -46,11 +46,27 @@ class Observation:
 
 
 @dataclass
+class EventBatch:
+    """Events of one kind for many Golems at once, as columns (no payload, no other Golem): an
+    item of `TickOutput.events` beside single-event dicts, recorded in its place in that list."""
+    time_ms: int
+    kind: str
+    golem_id: np.ndarray
+    clade_id: np.ndarray
+    tick: np.ndarray
+    entry_id: np.ndarray
+    value: np.ndarray
+
+    def __len__(self) -> int:
+        return self.golem_id.size
+
+
+@dataclass
 class TickOutput:
     heartbeats: dict[str, np.ndarray] = field(default_factory=dict)
     retrievals: dict[str, np.ndarray] = field(default_factory=dict)
     entries: list[dict[str, np.ndarray]] = field(default_factory=list)
-    events: list[dict] = field(default_factory=list)
+    events: list[dict | EventBatch] = field(default_factory=list)
     snapshots: list[dict] = field(default_factory=list)
     pushes: list[dict] = field(default_factory=list)
 
@@ -218,7 +234,7 @@ class Mind:
             tagged[rows, pos] = c["has_tag"][new]
             val[rows, pos] = np.where(tagged[rows, pos], c["p"][new], 0.0)
             res.factors[rows, pos] = rt.served_factors(gr, new, query[rows], s["pad"][rows], obs.now_ms, self.prm)
-            out.events.extend(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
+            out.events.append(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
                                            values=pop.neg_share[ix[rows]].mean(axis=1)))
         nserved = served.sum(axis=1)
         share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
@@ -698,12 +714,12 @@ class Mind:
                     tick=int(self.pop.tick[golem]) if golem >= 0 else -1, entry_id=entry_id, other_golem=other,
                     value=value, payload=payload or {})
 
-    def _events(self, now_ms: int, golems: np.ndarray, kind: str, entry_ids: np.ndarray, values: np.ndarray) -> list[dict]:
-        """`_event` rows for many Golems at once (without payload), built from whole columns."""
-        pop = self.pop
-        return [dict(time_ms=now_ms, golem_id=g, clade_id=cl, kind=kind, tick=t, entry_id=e, other_golem=-1, value=v, payload={})
-                for g, cl, t, e, v in zip(golems.tolist(), pop.clade[golems].tolist(), pop.tick[golems].tolist(),
-                                          entry_ids.tolist(), values.tolist())]
+    def _events(self, now_ms: int, golems: np.ndarray, kind: str, entry_ids: np.ndarray, values: np.ndarray) -> EventBatch:
+        """`_event` rows for many Golems at once (without payload), as columns."""
+        golems = np.asarray(golems, dtype=np.int64)
+        return EventBatch(time_ms=now_ms, kind=kind, golem_id=golems, clade_id=self.pop.clade[golems].astype(np.int64),
+                          tick=self.pop.tick[golems].astype(np.int64), entry_id=np.asarray(entry_ids, dtype=np.int64),
+                          value=np.asarray(values, dtype=np.float64))
 
 
 def _sel(common: dict, mask) -> dict:

@@ -198,8 +198,21 @@ class Recorder:
             f.result()
 
 
+def _lowest_priority() -> None:
+    """Run the writer thread at the lowest scheduling priority (nice 19; Linux sets it per thread).
+
+    It should only use a core the run leaves idle: the mind's Python runs on one core, while the
+    retrieval kernel uses all of them, and a writer competing with the kernel's threads slowed
+    the kernel by about as much as it wrote."""
+    import threading
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):    # not Linux, or not allowed: the writer just runs at normal priority
+        pass
+
+
 #: one writer thread for the process: parts are independent files, so order does not matter
-_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder")
+_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder", initializer=_lowest_priority)
 
 
 def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> None:

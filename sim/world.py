@@ -18,7 +18,7 @@ from golem import clade as cladem
 from golem import grimoire as gm
 from golem import pad as padm
 from golem.context import normalise
-from golem.heartbeat import Mind, Observation, TickOutput
+from golem.heartbeat import EventBatch, Mind, Observation, TickOutput
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
@@ -456,11 +456,29 @@ class World:
             flashbulb=e["flashbulb"], provenance=e["provenance"], outcome=e["outcome"], has_outcome=e["has_outcome"],
             role=Names(gm.ROLES, e["role"]), recall_mode=Names(("normal",), np.zeros(n, dtype=np.int8))))
 
-    def _record_events(self, events: list[dict]) -> None:
-        seq = np.arange(self.event_seq, self.event_seq + len(events))
-        self.event_seq += len(events)
-        self.stats.events += len(events)
-        # numpy and Arrow columns, as the contagion batches give them: one conversion per flush
+    def _record_events(self, events: list) -> None:
+        """Event dicts and `EventBatch`es, in list order (seq follows it)."""
+        run: list[dict] = []
+        for ev in events:
+            if isinstance(ev, EventBatch):
+                self._record_event_dicts(run)
+                run = []
+                self._record_event_batch(ev)
+            else:
+                run.append(ev)
+        self._record_event_dicts(run)
+
+    def _next_seq(self, n: int) -> np.ndarray:
+        seq = np.arange(self.event_seq, self.event_seq + n)
+        self.event_seq += n
+        self.stats.events += n
+        return seq
+
+    def _record_event_dicts(self, events: list[dict]) -> None:
+        if not events:
+            return
+        seq = self._next_seq(len(events))
+        # numpy and Arrow columns, as the batches give them: one conversion per flush
         cols = {k: np.array([ev[k] for ev in events], dtype=dt) for k, dt in _EVENT_NUMBERS.items()}
         cols["kind"] = pa.array([ev["kind"] for ev in events], type=pa.string())
         # most payloads are empty
@@ -468,13 +486,20 @@ class World:
                                    type=pa.string())
         self.rec.add("events", dict(cols, seq=seq))
 
+    def _record_event_batch(self, b: EventBatch) -> None:
+        n = len(b)
+        if not n:
+            return
+        self.rec.add("events", dict(
+            time_ms=np.full(n, b.time_ms, dtype=np.int64), seq=self._next_seq(n), golem_id=b.golem_id,
+            clade_id=b.clade_id, tick=b.tick, kind=pa.repeat(pa.scalar(b.kind, pa.string()), n), entry_id=b.entry_id,
+            other_golem=np.full(n, -1, dtype=np.int64), value=b.value, payload=pa.repeat(pa.scalar("{}", pa.string()), n)))
+
     def _record_contagion(self, c: dict) -> None:
         """`contagion` events from clade.receive's columns; the payload JSON is assembled by Arrow
         string kernels, the same text `_payload_json` writes for the dict, key for key."""
         n = c["golem_id"].size
-        seq = np.arange(self.event_seq, self.event_seq + n)
-        self.event_seq += n
-        self.stats.events += n
+        seq = self._next_seq(n)
         f, b, a, tag = json_floats, c["pad_before"], c["pad_after"], c["tag"]
         payload = join_strings(
             '{"alert_type": ', json_strings(c["alert_type"]), ', "inherited_confidence": ', f(c["inherited_confidence"]),

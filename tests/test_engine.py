@@ -149,3 +149,15 @@ def test_cohorts_batch_golems_sharing_a_cadence(tmp_path):
     counts = dict(h.group_by("golem_id").len().sort("golem_id").iter_rows())
     assert counts == {0: 24, 1: 24, 2: 24, 3: 12, 4: 12, 5: 24}
     assert h.filter(pl.col("golem_id") == 3)["time_ms"].to_list()[:2] == [60_000, 660_000]
+
+
+def test_event_rows_are_numbered_in_the_order_they_happen(flash_run):
+    """Single events, column batches (anti-rumination) and Clade deliveries share one sequence:
+    0..n-1 without gaps, non-decreasing in time, each batch's rows in a block."""
+    ev = table(flash_run.run_dir, "events").sort("seq")
+    assert ev["seq"].to_list() == list(range(ev.height))
+    assert (ev["time_ms"].diff().drop_nulls() >= 0).all()
+    kinds = set(ev["kind"].to_list())
+    assert {"anti_rumination", "contagion", "flashbulb"} <= kinds
+    ar = ev.filter(pl.col("kind") == "anti_rumination")
+    assert (ar["payload"] == "{}").all() and (ar["other_golem"] == -1).all() and ar["value"].is_between(0, 1).all()
