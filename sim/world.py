@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import simpy
 
 from golem import clade as cladem
@@ -438,11 +439,16 @@ class World:
         if n == 0:
             return
         assets = self.tape.assets
-        topic = e["topic_name"]
-        # from Python values (tolist): iterating numpy arrays makes a slow scalar object per cell
-        content = [f"{KINDS[k]} {t}: outcome {o:+.2f}" if ho else f"{KINDS[k]} {t}"
-                   for k, t, o, ho in zip(e["kind"].tolist(), topic.tolist(), e["outcome"].tolist(),
-                                          e["has_outcome"].tolist())]
+        topic = pa.array(e["topic_name"], type=pa.string())
+        # "<kind> <topic>" joined by Arrow; entries with an outcome append it, formatted by Python
+        content = join_strings(Names(KINDS, e["kind"]), " ", topic)
+        ho = np.asarray(e["has_outcome"], dtype=bool)
+        if ho.any():
+            idx = np.flatnonzero(ho)
+            told = np.full(n, None, dtype=object)
+            told[idx] = [f"{KINDS[k]} {t}: outcome {o:+.2f}" for k, t, o in
+                         zip(e["kind"][idx].tolist(), e["topic_name"][idx].tolist(), e["outcome"][idx].tolist())]
+            content = pc.if_else(pa.array(ho), pa.array(told, type=pa.string()), content)
         self.rec.add("entries", dict(
             id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
             tick=e["tick"], category=Names(gm.CATEGORIES, e["category"]), topic=topic,
