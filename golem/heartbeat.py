@@ -193,8 +193,8 @@ class Mind:
             still = c["id"][s] >= 0
             agree = (signs[live] == np.broadcast_to(sgn[:, None], slots.shape)[live])
             delta = np.where(agree, cf.validation, -cf.contradiction)[still]
-            c["confidence"][s[still]] += delta.astype(np.float32)   # distinct slots (see rt.touch)
-            np.clip(c["confidence"], 0.0, 1.0, out=c["confidence"])
+            ss = s[still]                                 # distinct slots (see rt.touch)
+            c["confidence"][ss] = np.clip(c["confidence"][ss] + delta.astype(np.float32), 0.0, 1.0)
         pop.drove[ix] = -1
 
     # ------------------------------------------------------------------ DECIDING
