@@ -189,22 +189,29 @@ class Grimoire:
         slots = _pick_slots(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
                             c["salience"], c["decay_class"], c["flashbulb"], c["status"])
         ok = slots >= 0
+        every = bool(ok.all())                      # the usual case: no row to drop
+        n_ok = golem.size if every else int(ok.sum())
         ids = np.full(golem.size, -1, dtype=np.int64)
-        ids[ok] = self.next_id + np.arange(int(ok.sum()))
-        self.next_id += int(ok.sum())
-        s = slots[ok]
+        ids[ok] = self.next_id + np.arange(n_ok)
+        self.next_id += n_ok
+        s = slots if every else slots[ok]
+
+        def kept(v):
+            return v if every else v[ok]
         evicted = c["id"][s]
-        for eid in evicted[evicted >= 0].tolist():
-            self.recall_when.pop(eid, None)
-            self.links.pop(eid, None)
-            self.phrases.pop(eid, None)
+        gone = None
+        for side in (self.recall_when, self.links, self.phrases):   # most evicted entries have none
+            if side:
+                gone = set(evicted[evicted >= 0].tolist()) if gone is None else gone
+                for eid in side.keys() & gone:
+                    del side[eid]
         for name, col in c.items():
             if name not in values:
                 col[s] = _RESET.get(name, 0)
-        c["id"][s] = ids[ok]
+        c["id"][s] = kept(ids)
         for name, v in values.items():
-            c[name][s] = np.asarray(v)[ok] if np.ndim(v) else v
-        self.emb[s] = emb[ok] if unit else normalise(np.asarray(emb, dtype=np.float64)[ok])
+            c[name][s] = kept(np.asarray(v)) if np.ndim(v) else v
+        self.emb[s] = kept(emb) if unit else normalise(kept(np.asarray(emb, dtype=np.float64)))
         self._stamp_unit_pad(s)
         if self.on_insert is not None and s.size:
             self.on_insert(s)
