@@ -182,3 +182,16 @@ def test_slot_picker_matches_the_reference(seed, n_golems, cap, batch):
     slots, ids = gr.insert(golems, rng.normal(size=(batch, 4)), dict(decay_class=gm.TACTICAL))
     assert slots.tolist() == want
     assert (ids[slots < 0] == -1).all() and len(set(ids[slots >= 0].tolist())) == int((slots >= 0).sum())
+
+
+def test_eviction_drops_the_evicted_entries_side_records_only():
+    gr = gm.Grimoire(2, 3, 8)
+    _fill_slab(gr, 0, 3, importance=np.array([0.9, 0.1, 0.8], np.float32))
+    _fill_slab(gr, 1, 2)
+    for eid in range(5):
+        gr.phrases[eid], gr.links[eid], gr.recall_when[eid] = f"p{eid}", (eid,), ("fear",)
+    slots, ids = _fill_slab(gr, 0, 1)                 # evicts id 1 (lowest importance) from slot 1
+    assert slots[0] == 1 and gr.cols["id"][1] == ids[0]
+    for side in (gr.phrases, gr.links, gr.recall_when):
+        assert 1 not in side and set(side) == {0, 2, 3, 4}
+    assert list(gr.phrases) == [0, 2, 3, 4]           # the others keep their order

@@ -129,3 +129,27 @@ def test_number_chunks_of_different_widths_concatenate_exactly():
     assert col.to_pylist() == [float(np.float32(0.1)), 0.1, None]
     mixed = _column([np.array([2**62 + 1], np.uint64), np.array([-1], np.int64)], pa.int64())   # never via float64
     assert mixed.to_pylist() == [2**62 + 1, -1]
+
+
+def test_parts_keep_dictionaries_for_strings_and_statistics_for_scalars(tmp_path):
+    rec = Recorder(tmp_path)
+    rec.add("events", _events([1, 2, 3], Names(KINDS, [0, 1, 0]), np.array([0.5, 1.0, 2.0])))
+    rec.flush()
+    meta = pq.ParquetFile(tmp_path / "events" / "part-00000.parquet").metadata.row_group(0)
+    cols = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" in cols["kind"].encodings and "RLE_DICTIONARY" not in cols["value"].encodings
+    assert cols["time_ms"].statistics.min == 1 and cols["time_ms"].statistics.max == 3
+    assert cols["value"].statistics.has_min_max
+
+
+def test_writer_thread_runs_at_the_lowest_priority():
+    import os
+    import sys
+    import threading
+
+    from sim.recorder import _WRITER
+    nice = _WRITER.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+    if sys.platform.startswith("linux"):
+        assert nice == 19
+    import sim  # noqa: F401  (sets numba's OpenMP threads to sleep after a kernel unless told otherwise)
+    assert os.environ.get("OMP_WAIT_POLICY") == "PASSIVE"
