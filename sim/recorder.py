@@ -216,12 +216,15 @@ _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder",
 
 
 def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> None:
+    _write_part(path, _build(table, cols))
+
+
+def _build(table: str, cols: dict[str, list]) -> pa.Table:
+    """The part's table from a table's buffered chunks, in its sort order."""
     schema = SCHEMAS[table]
     t = pa.Table.from_arrays([_column(cols[f.name], f.type) for f in schema], schema=schema)
     order = _sort_order(t, SORT_KEYS.get(table, ()))
-    if order is not None:
-        t = t.take(order)
-    _write_part(path, t)
+    return t if order is None else t.take(order)
 
 
 def _write_part(path: Path, t: pa.Table) -> None:
