@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numba import njit
 
 
 def emotional_balance(pleasures: Sequence[float], arousals: Sequence[float], n_total: int,
@@ -53,6 +54,53 @@ def heat(access_count: np.ndarray) -> np.ndarray:
     rows = np.atleast_2d(access_count)
     top = np.array([np.log1p(m) for m in rows.max(axis=1)])[:, None]   # one slab's top, as a scalar
     return np.where(top > 0, np.log1p(rows) / np.where(top > 0, top, 1.0), 0.0).reshape(access_count.shape)
+
+
+@njit(cache=True)
+def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, importance, confidence, window_ms,
+          last_access_ms, status, now_ms, promote_score, demote_score, class_days):
+    """Curator step 3 on the due Golems' slabs, in place: promotion/demotion of the decay class by
+    the weighted curator score (with the window re-derived from the new class), then archiving of
+    expired entries; returns the (promoted, demoted, archived) counts per Golem.
+
+    Unprotected live entries only (structural, flashbulb or salience >= 0.7 are protected).
+    score = weight * importance * confidence * (1 + salience) in float32 and compared in float32,
+    window = max(class days, min(window / day / (1 + salience), 30)) * (1 + salience) * day in
+    float64: the numpy expressions operation for operation (tests/test_curation.py keeps them as
+    the reference), one pass over each slab instead of some twenty whole-slab arrays."""
+    n = golems.size
+    n_up = np.zeros(n, dtype=np.int64)
+    n_down = np.zeros(n, dtype=np.int64)
+    n_arch = np.zeros(n, dtype=np.int64)
+    keep = np.float32(0.7)
+    promote = np.float32(promote_score)     # a Python float against a float32 column: compared in float32
+    demote = np.float32(demote_score)
+    for r in range(n):
+        base = golems[r] * cap
+        for j in range(cap):
+            if not live[r, j]:
+                continue
+            s = base + j
+            sal = salience[s]
+            dc = decay_class[s]
+            if dc == 3 or flashbulb[s] or sal >= keep:
+                continue
+            one_sal = np.float32(1.0) + sal
+            score = curator_weight[s] * importance[s] * confidence[s] * one_sal
+            up = score >= promote and dc < 2
+            down = score <= demote and dc > 0
+            w = window_ms[s]
+            if up or down:
+                dc = dc + np.int8(up) - np.int8(down)
+                decay_class[s] = dc
+                w = max(class_days[dc], min(w / DAY_MS / np.float64(one_sal), 30.0)) * np.float64(one_sal) * DAY_MS
+                window_ms[s] = w
+                n_up[r] += up
+                n_down[r] += down
+            if np.float64(now_ms - last_access_ms[s]) >= 2.0 * w and status[s] != 3:
+                status[s] = 3
+                n_arch[r] += 1
+    return n_up, n_down, n_arch
 
 
 def consolidation_groups(scope: np.ndarray, topic: np.ndarray, created_ms: np.ndarray, consolidated: np.ndarray,
@@ -133,22 +181,12 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     c["outcome"][b] = c["raw_outcome"][b]
     c["arousal_bias"][b] = False
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
-    sal, dc = rows("salience"), rows("decay_class")
-    protected = (dc == gm.STRUCTURAL) | rows("flashbulb") | (sal >= 0.7)
-    score = rows("curator_weight") * rows("importance") * rows("confidence") * (1 + sal)
-    up = live & ~protected & (score >= cu.promote_score) & (dc < gm.REGIME)
-    down = live & ~protected & (score <= cu.demote_score) & (dc > gm.EPHEMERAL)
-    dc = dc + up - down
-    put("decay_class", up | down, dc)
-    window = rows("window_ms")
     g_cfg = cfg.grimoire
     class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
-    # keep the tier TTL the entry was written with: window / (1 + salience) / ... is its max(class, ttl)
-    window = np.where(up | down, np.maximum(class_days[dc], np.minimum(window / DAY_MS / (1 + sal), 30.0))
-                      * (1 + sal) * DAY_MS, window)
-    put("window_ms", up | down, window)
-    archive = live & ((now_ms - rows("last_access_ms")) >= 2 * window) & ~protected & (rows("status") != gm.ARCHIVED)
-    put("status", archive, gm.ARCHIVED)
+    n_up, n_down, n_archived = tiers(golems, gr.capacity, live, c["salience"], c["decay_class"], c["flashbulb"],
+                                     c["curator_weight"], c["importance"], c["confidence"], c["window_ms"],
+                                     c["last_access_ms"], c["status"], now_ms, cu.promote_score, cu.demote_score,
+                                     class_days)
     # 4. consolidation into lessons, each Golem's groups in (scope, topic) order (a category no
     # entry has keeps the dead slots out)
     owner = np.repeat(np.arange(n), gr.capacity)
@@ -176,8 +214,8 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     prop_bounds = np.searchsorted(owners, np.arange(n + 1)).tolist()
     cols = dict(n_entries=n_recent, n_tagged=np.bincount(ri[tag], minlength=n), mean_valence=mean_v, mean_arousal=mean_a,
                 valence_correction=vc, arousal_correction=ac, reweighted=n_reweighted, reevaluated=biased.sum(axis=1),
-                reevaluation_contradicted=n_contra, promoted=up.sum(axis=1), demoted=down.sum(axis=1),
-                archived=archive.sum(axis=1), low_confidence=low_conf.sum(axis=1))
+                reevaluation_contradicted=n_contra, promoted=n_up, demoted=n_down,
+                archived=n_archived, low_confidence=low_conf.sum(axis=1))
     out = [dict(zip(cols, vals)) for vals in zip(*(v.tolist() for v in cols.values()))]
     for row, ids, lo, hi in zip(out, lesson_ids, prop_bounds[:-1], prop_bounds[1:]):
         row.update(lessons=ids, reflex_proposals=prop_ids[lo:hi], reflex_applied=applied and hi > lo, balance=bool(cu.balance))

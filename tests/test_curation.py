@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import events, payloads, table
 from golem import dreams, reflex
@@ -284,3 +286,59 @@ def test_lessons_are_written_and_recorded_in_a_run(tmp_path):
         assert len(members) >= 3
         s_ = [gr.slot_of(m) for m in members]
         assert gr.cols["consolidated"][s_].all()
+
+
+def _tiers_reference(golems, cap, live, c, now_ms, promote, demote, class_days):
+    """Curator step 3 as whole-slab numpy expressions (the pass before `tiers` was a kernel)."""
+    def rows(k):
+        return c[k].reshape(-1, cap)[golems]
+
+    def put(k, where, values):
+        c[k].reshape(-1, cap)[golems] = np.where(where, values, rows(k))
+    sal, dc = rows("salience"), rows("decay_class")
+    protected = (dc == gm.STRUCTURAL) | rows("flashbulb") | (sal >= 0.7)
+    score = rows("curator_weight") * rows("importance") * rows("confidence") * (1 + sal)
+    up = live & ~protected & (score >= promote) & (dc < gm.REGIME)
+    down = live & ~protected & (score <= demote) & (dc > gm.EPHEMERAL)
+    dc = dc + up - down
+    put("decay_class", up | down, dc)
+    window = np.where(up | down, np.maximum(class_days[dc], np.minimum(rows("window_ms") / DAY / (1 + sal), 30.0))
+                      * (1 + sal) * DAY, rows("window_ms"))
+    put("window_ms", up | down, window)
+    archive = live & ((now_ms - rows("last_access_ms")) >= 2 * window) & ~protected & (rows("status") != gm.ARCHIVED)
+    put("status", archive, gm.ARCHIVED)
+    return up.sum(axis=1), down.sum(axis=1), archive.sum(axis=1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 4), st.integers(1, 40), st.sampled_from([0.3, 0.6, 0.7]),
+       st.sampled_from([0.05, 0.1, 0.3]))
+def test_tier_kernel_matches_the_numpy_expressions(seed, n_golems, cap, promote, demote):
+    from golem.curator import tiers
+    rng = np.random.default_rng(seed)
+    n = n_golems * cap
+    c = dict(salience=rng.choice([0.0, 0.3, 0.69999999, 0.7, 0.9], n).astype(np.float32),
+             decay_class=rng.integers(0, 4, n).astype(np.int8), flashbulb=rng.random(n) < 0.1,
+             curator_weight=rng.choice([0.5, 1.0, 1.3], n).astype(np.float32),
+             importance=rng.random(n).astype(np.float32), confidence=rng.random(n).astype(np.float32),
+             window_ms=rng.choice([3.0, 7.0, 14.0, 30.0], n) * DAY * (1 + rng.random(n)),
+             last_access_ms=rng.integers(0, 60, n) * DAY, status=rng.integers(0, 4, n).astype(np.int8))
+    # boundaries: scores exactly at the float32 thresholds, ages exactly at twice the window
+    edge = rng.random(n) < 0.3
+    c["curator_weight"][edge], c["confidence"][edge], c["salience"][edge] = 1.0, 1.0, 0.0
+    c["importance"][edge] = rng.choice(np.array([promote, demote], np.float32), int(edge.sum()))
+    whole = rng.random(n) < 0.3
+    c["window_ms"][whole] = rng.choice([3.0, 7.0], int(whole.sum())) * DAY
+    c["last_access_ms"][whole] = 40 * DAY - 2 * c["window_ms"][whole].astype(np.int64) + rng.integers(-1, 2, int(whole.sum()))
+    want = {k: v.copy() for k, v in c.items()}
+    golems = rng.permutation(n_golems)[:int(rng.integers(1, n_golems + 1))]
+    live = rng.random((golems.size, cap)) < 0.8
+    class_days = np.array([3.0, 7.0, 14.0, np.inf])
+    got = tiers(golems, cap, live, c["salience"], c["decay_class"], c["flashbulb"], c["curator_weight"],
+                c["importance"], c["confidence"], c["window_ms"], c["last_access_ms"], c["status"], 40 * DAY,
+                promote, demote, class_days)
+    ref = _tiers_reference(golems, cap, live, want, 40 * DAY, promote, demote, class_days)
+    for a, b in zip(got, ref):
+        assert a.tolist() == b.tolist()
+    for k in c:
+        assert np.array_equal(c[k], want[k]), k
