@@ -83,12 +83,12 @@ def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, i
             s = base + j
             sal = salience[s]
             dc = decay_class[s]
-            if dc == 3 or flashbulb[s] or sal >= keep:
+            if dc == gm.STRUCTURAL or flashbulb[s] or sal >= keep:
                 continue
             one_sal = np.float32(1.0) + sal
             score = curator_weight[s] * importance[s] * confidence[s] * one_sal
-            up = score >= promote and dc < 2
-            down = score <= demote and dc > 0
+            up = score >= promote and dc < gm.REGIME
+            down = score <= demote and dc > gm.EPHEMERAL
             w = window_ms[s]
             if up or down:
                 dc = dc + np.int8(up) - np.int8(down)
@@ -97,8 +97,8 @@ def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, i
                 window_ms[s] = w
                 n_up[r] += up
                 n_down[r] += down
-            if np.float64(now_ms - last_access_ms[s]) >= 2.0 * w and status[s] != 3:
-                status[s] = 3
+            if np.float64(now_ms - last_access_ms[s]) >= 2.0 * w and status[s] != gm.ARCHIVED:
+                status[s] = gm.ARCHIVED
                 n_arch[r] += 1
     return n_up, n_down, n_arch
 

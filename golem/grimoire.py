@@ -284,8 +284,8 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
                 # float32 product and comparison, as numpy does on the columns: a stored 0.7
                 # (0.69999999) is protected
                 score = np.float64(imp[t] * conf[t]) * (1.0 + sl[t])
-                score = -1.0 if st[t] == 3 else score          # archived entries go first
-                protected = (dc[t] == 3) | fb[t] | (sl[t] >= keep)
+                score = -1.0 if st[t] == ARCHIVED else score   # archived entries go first
+                protected = (dc[t] == STRUCTURAL) | fb[t] | (sl[t] >= keep)
                 buf[t] = np.inf if protected else score
             low = _lowest(buf)
             best = -1
@@ -295,6 +295,6 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
                         best = base + t
                         break
             if best >= 0:
-                decay_class[best] = 3  # now holds a new entry of this batch: off-limits until written
+                decay_class[best] = STRUCTURAL  # holds a new entry of this batch: off-limits until written
             out[i] = best
     return out

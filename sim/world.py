@@ -494,18 +494,13 @@ class World:
 
     def _record_event_batch(self, b: EventBatch) -> None:
         n = len(b)
-        if not n:
-            return
-        self.rec.add("events", dict(
-            time_ms=np.full(n, b.time_ms, dtype=np.int64), seq=self._next_seq(n), golem_id=b.golem_id,
-            clade_id=b.clade_id, tick=b.tick, kind=pa.repeat(pa.scalar(b.kind, pa.string()), n), entry_id=b.entry_id,
-            other_golem=np.full(n, -1, dtype=np.int64), value=b.value, payload=pa.repeat(pa.scalar("{}", pa.string()), n)))
+        if n:
+            self._record_event_columns(b.time_ms, b.kind, b.golem_id, b.clade_id, b.tick, b.entry_id,
+                                       np.full(n, -1, dtype=np.int64), b.value, pa.repeat(pa.scalar("{}", pa.string()), n))
 
     def _record_contagion(self, c: dict) -> None:
         """`contagion` events from clade.receive's columns; the payload JSON is assembled by Arrow
         string kernels, the same text `_payload_json` writes for the dict, key for key."""
-        n = c["golem_id"].size
-        seq = self._next_seq(n)
         f, b, a, tag = json_floats, c["pad_before"], c["pad_after"], c["tag"]
         payload = join_strings(
             '{"alert_type": ', json_strings(c["alert_type"]), ', "inherited_confidence": ', f(c["inherited_confidence"]),
@@ -515,10 +510,17 @@ class World:
             '], "sender_entry": ', json_ints(c["sender_entry"]), ', "signal": ', json_strings(c["signal"]),
             ', "stored": ', Names(("false", "true"), c["stored"].astype(np.int8)),
             ', "tag": [', f(tag[:, 0]), ", ", f(tag[:, 1]), ", ", f(tag[:, 2]), "]}")
+        self._record_event_columns(c["time_ms"], "contagion", c["golem_id"], c["clade_id"], c["tick"], c["entry_id"],
+                                   c["other_golem"], c["value"], payload)
+
+    def _record_event_columns(self, time_ms: int, kind: str, golem_id, clade_id, tick, entry_id, other_golem, value,
+                              payload: pa.Array) -> None:
+        """Events of one kind at one instant, given as columns (the next `seq` numbers in row order)."""
+        n = len(golem_id)
         self.rec.add("events", dict(
-            time_ms=np.full(n, c["time_ms"], dtype=np.int64), seq=seq, golem_id=c["golem_id"], clade_id=c["clade_id"],
-            tick=c["tick"], kind=pa.repeat(pa.scalar("contagion", pa.string()), n), entry_id=c["entry_id"],
-            other_golem=c["other_golem"], value=c["value"], payload=payload))
+            time_ms=np.full(n, time_ms, dtype=np.int64), seq=self._next_seq(n), golem_id=golem_id, clade_id=clade_id,
+            tick=tick, kind=pa.repeat(pa.scalar(kind, pa.string()), n), entry_id=entry_id, other_golem=other_golem,
+            value=value, payload=payload))
 
     def _record_snapshot(self, s: dict) -> None:
         A = len(self.tape.assets)
