@@ -14,6 +14,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -285,12 +286,42 @@ def _sort_order(t: pa.Table, keys: tuple[str, ...]) -> pa.Array | None:
 
 
 def list_column(values: np.ndarray, mask: np.ndarray, dtype: pa.DataType) -> pa.Array:
-    """A list<dtype> column from a (rows, k) array and a mask of the cells to keep, in row order,
-    built from offsets without a Python loop (NaN kept cells become null)."""
-    kept = np.concatenate([[0], np.cumsum(mask.ravel())])   # kept cells before each flat position
-    offsets = kept[np.arange(mask.shape[0] + 1) * mask.shape[1]].astype(np.int32)  # (a row sum is slower)
-    flat = pa.array(values[mask], type=dtype, from_pandas=True)
-    return pa.ListArray.from_arrays(pa.array(offsets), flat)
+    """A list<dtype> column from a (rows, k) array and a mask of the cells to keep, in row order
+    (NaN kept cells become null): offsets, values and validity in one numba pass that releases
+    the GIL, since it runs on the writer thread beside the simulation (numpy's cumsum and boolean
+    indexing held it, and stalled the simulation's Python for as long)."""
+    values = np.ascontiguousarray(values).astype(dtype.to_pandas_dtype(), copy=False)
+    offsets, flat, valid, nulls = _pack_lists(values, np.ascontiguousarray(mask, dtype=bool))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    flat_arr = pa.Array.from_buffers(dtype, len(flat), [bitmap, pa.py_buffer(flat)], null_count=nulls)
+    return pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)]),
+                                    flat_arr)
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_lists(values, mask):
+    """(offsets int32, kept cells in row order, their validity (not NaN), number of NaNs)."""
+    rows, k = mask.shape
+    offsets = np.empty(rows + 1, np.int32)
+    n = 0
+    for i in range(rows):
+        offsets[i] = n
+        for j in range(k):
+            n += mask[i, j]
+    offsets[rows] = n
+    flat = np.empty(n, values.dtype)
+    valid = np.empty(n, np.bool_)
+    nulls = 0
+    m = 0
+    for i in range(rows):
+        for j in range(k):
+            if mask[i, j]:
+                v = values[i, j]
+                flat[m] = v
+                valid[m] = v == v
+                nulls += v != v
+                m += 1
+    return offsets, flat, valid, nulls
 
 
 def json_floats(x) -> pa.Array:

@@ -36,6 +36,13 @@ _EVENT_NUMBERS = {"time_ms": np.int64, "golem_id": np.int64, "clade_id": np.int6
                   "other_golem": np.int64, "value": np.float64}
 
 
+def _strings(a) -> pa.Array:
+    """A string column as Arrow now, on the simulation thread (a few µs per tick): converted on the
+    writer thread, a column of Python strings held the GIL for the whole conversion and stalled
+    the simulation's Python for as long."""
+    return pa.array(a, type=pa.string(), from_pandas=True)
+
+
 def _empty_lists(n: int) -> pa.Array:
     """n empty list<int64> cells (no Python list per row)."""
     return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], type=pa.int64()))
@@ -407,7 +414,7 @@ class World:
 
     def _record_heartbeats(self, h: dict) -> None:
         self.rec.add("heartbeats", dict(
-            h, emotion=Names(padm.EMOTION_CODES, h["emotion"]), label=Names(gm.LABELS, h["label"]),
+            h, state_path=_strings(h["state_path"]), emotion=Names(padm.EMOTION_CODES, h["emotion"]), label=Names(gm.LABELS, h["label"]),
             tier=Names(TIERS, h["tier"]), phase=Names(PHASES, h["phase"]),
             regime=Names(self.tape.regime_names, h["regime"]), probe=Names(SEVERITIES, h["probe"])))
 
@@ -453,7 +460,7 @@ class World:
             id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
             tick=e["tick"], category=Names(gm.CATEGORIES, e["category"]), topic=topic,
             scope=Names(assets, np.clip(e["scope"], 0, len(assets) - 1)), kind=Names(KINDS, e["kind"]),
-            event_kind=e["event_kind"],
+            event_kind=_strings(e["event_kind"]),
             content=content, confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
             decay_class=Names(gm.DECAY_CLASSES, e["decay_class"]), ttl_days=e["ttl_days"],
             window_days=e["window_ms"] / 86_400_000, has_tag=e["has_tag"], p=e["p"], a=e["a"], d=e["d"],

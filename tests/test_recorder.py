@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.recorder import (SCHEMAS, SORT_KEYS, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
-                          json_strings, read_table, write_options)
+                          json_strings, list_column, read_table, write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
 
@@ -120,6 +120,28 @@ def test_list_chunks_become_the_lists_of_their_kept_cells():
     assert col.to_pylist() == [[1.0, 2.0, None], [5.0], []]
     ids = _column([Lists(np.array([[3, -1], [-1, -1]]), np.array([[True, False], [False, False]]))], pa.list_(pa.int64()))
     assert ids.type == pa.list_(pa.int64()) and ids.to_pylist() == [[3], []]
+
+
+def _list_column_reference(values, mask, dtype):
+    """The plain numpy/Arrow construction the packing kernel replaces."""
+    offsets = np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[mask], type=dtype, from_pandas=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 12), st.integers(1, 9), st.integers(0, 2**32 - 1), st.sampled_from(["f8", "f4", "i8"]),
+       st.floats(0, 1))
+def test_list_column_kernel_equals_the_numpy_construction(rows, k, seed, dt, p_keep):
+    rng = np.random.default_rng(seed)
+    if dt == "i8":
+        values, dtype = rng.integers(-2**62, 2**62, (rows, k)), pa.int64()
+    else:
+        values, dtype = rng.standard_normal((rows, k)).astype(dt), pa.float64()
+        values[rng.random((rows, k)) < 0.2] = np.nan
+    mask = rng.random((rows, k)) < p_keep
+    got, want = list_column(values, mask, dtype), _list_column_reference(values, mask, dtype)
+    assert got.type == want.type and got.equals(want)
+    assert got.to_pylist() == want.to_pylist()
 
 
 def test_number_chunks_of_different_widths_concatenate_exactly():
