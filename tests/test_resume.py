@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -170,7 +171,8 @@ def test_checkpoint_of_another_format_is_refused(ref, tmp_path):
 
 
 def test_checkpoints_keep_to_their_wall_time_budget(monkeypatch, tmp_path):
-    """The first flush always saves; later ones only once the last save's cost is within the budget."""
+    """Saves keep within the budget from the first flush on: the first waits until the run has
+    lasted its estimated cost / budget, later ones until the last save's measured cost fits."""
     from types import SimpleNamespace
     saved = []
 
@@ -179,9 +181,16 @@ def test_checkpoints_keep_to_their_wall_time_budget(monkeypatch, tmp_path):
         saved.append(time.perf_counter())
         return ckdir
     monkeypatch.setattr(ckm, "save", slow_save)
-    world = SimpleNamespace()
-    assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path          # first flush: saves
-    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # 0.02 s > 10 % of ~0 s
-    time.sleep(0.25)                                                        # 0.02 s <= 10 % of 0.25 s
+    monkeypatch.setattr(ckm, "SAVE_RATE", 1e6)
+    # 200 used slots x 100 B = 20 kB: estimated 0.02 s, so 0.2 s of run at a 10 % budget
+    world = SimpleNamespace(gr=SimpleNamespace(count=np.array([150, 50]), bytes_per_entry=lambda: 100.0))
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # 0.02 s > 10 % of 0 s
+    time.sleep(0.1)
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # 0.02 s > 10 % of 0.1 s
+    time.sleep(0.15)                                                        # 0.02 s <= 10 % of 0.25 s
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # measured 0.02 s > 10 % of ~0 s
+    time.sleep(0.25)
     assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path
     assert len(saved) == 2
+    assert ckm.maybe_save(SimpleNamespace(), tmp_path, budget=0.1) == tmp_path   # nothing to write: at once
