@@ -91,8 +91,9 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     return recv_all.size, dict(
         time_ms=now_ms, golem_id=recv_all, clade_id=pop.clade[recv_all], tick=pop.tick[recv_all], entry_id=ids,
         other_golem=sender_all, value=after[:, 1] - before[:, 1],
-        # the payload's fields, one row per delivery (the recorder writes them as JSON)
-        alert_type=np.array([k[0] for k in kinds], dtype=object)[at], signal=np.array([k[1] for k in kinds], dtype=object)[at],
+        # the payload's fields, one row per delivery (the recorder writes them as JSON); alert type
+        # and signal once per parcel, with each delivery's parcel
+        alert_type=[k[0] for k in kinds], signal=[k[1] for k in kinds], parcel=at,
         latency_ms=np.concatenate([np.asarray(s[4], dtype=np.int64) for s in staged]),
         sender_entry=np.array([int(s[1]["id"]) for s in staged], dtype=np.int64)[at],
         pad_before=before, pad_after=after, tag=np.stack([s[5] for s in staged])[at],

@@ -20,6 +20,9 @@ from golem.pad import EMOTION_CODES as EMOTION_NAMES
 from golem.population import HIST, Population
 
 STATE_TICK = "SENSING>DECIDING>ACTING>REFLECTING"
+#: a heartbeat row's `state_path` is a code into these (the recorder writes the names)
+STATE_PATHS = (STATE_TICK, STATE_TICK + ">TERMINAL>DEAD", "DREAMING")
+PATH_TICK, PATH_DEAD, PATH_DREAM = range(3)
 K_PRICE, K_EVENT, K_TRADE, K_REGRET, K_DOMINANCE, K_FLASH, K_DEATH, K_INHERITED, K_LESSON, K_IMPORT, K_BACKCHECK = range(len(KINDS))
 CAT = {name: i for i, name in enumerate(gm.CATEGORIES)}
 ROLE_OBS, ROLE_ACT, ROLE_INS = range(3)
@@ -523,7 +526,7 @@ class Mind:
         dd = self.decide(ix, obs, s, out)
         ac = self.act(ix, obs, s, dd)
         rf = self.reflect(ix, obs, s, dd, ac, out)
-        path = np.full(ix.size, STATE_TICK, dtype=object)
+        path = np.full(ix.size, PATH_TICK, dtype=np.int8)
         # bookkeeping for the next tick
         pop.last_price[ix] = s["price"]
         pop.last_value[ix] = ac["value_after"]
@@ -540,7 +543,7 @@ class Mind:
         dying = phase == 4
         if dying.any():
             self._die(ix[dying], obs, v[dying], out)
-            path[dying] = STATE_TICK + ">TERMINAL>DEAD"
+            path[dying] = PATH_DEAD
         self._heartbeat_rows(out, ix, obs, path, s, dd, ac, rf, v, phase)
         self._maintenance(ix[~dying], obs, dd["query"][~dying], out)
         pop.tick[ix] += 1
@@ -605,7 +608,7 @@ class Mind:
         n = ix.size
         z = np.zeros(n)
         hb = dict(time_ms=np.full(n, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), clade_id=pop.clade[ix].copy(),
-                  tick=pop.tick[ix].copy(), state_path=np.full(n, "DREAMING", dtype=object), p=pop.pad[ix, 0].copy(),
+                  tick=pop.tick[ix].copy(), state_path=np.full(n, PATH_DREAM, dtype=np.int8), p=pop.pad[ix, 0].copy(),
                   a=pop.pad[ix, 1].copy(), d=pop.pad[ix, 2].copy(),
                   emotion=appraisal.classify_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2], self.protos),
                   label=np.zeros(n, np.int8), intensity=appraisal.intensity_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2]),

@@ -386,7 +386,8 @@ def resume(run_dir: str | Path, progress=None):
     ck = load(run_dir / "checkpoint")
     if ck is None:
         raise InputError(f"{run_dir / 'checkpoint'}: no complete checkpoint (the run stopped before its first "
-                         "flush); expected a run that flushed at least once — run it again")
+                         "one: a big world's first comes after 100 x its save time, see BUDGET); expected a run "
+                         "that checkpointed at least once — run it again")
     scenario = scenario_from_manifest(manifest, run_dir)
     cfg = config_from_manifest(manifest, run_dir)
     seed = int(manifest["seed"])

@@ -128,6 +128,20 @@ class Lists:
         return len(self.mask)
 
 
+class Deferred:
+    """A column chunk the writer thread builds at flush (`build()` returns `n` values as Arrow):
+    for columns assembled by Arrow kernels, which release the GIL, so the work leaves the
+    simulation thread without stalling it. `build` must only read arrays nothing changes later."""
+
+    __slots__ = ("build", "n")
+
+    def __init__(self, build, n: int):
+        self.build, self.n = build, int(n)
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class Recorder:
     """Buffers rows per table as column chunks and writes a part file per flush.
 
@@ -241,6 +255,8 @@ def _kind(chunk) -> tuple:
         return ("lists", chunk.values.shape[1:], chunk.values.dtype)
     if isinstance(chunk, pa.Array):
         return ("arrow",)
+    if isinstance(chunk, Deferred):
+        return ("deferred",)
     if isinstance(chunk, np.ndarray) and chunk.dtype != object:
         # chunks of one kind of number (int32 and int64 ...) concatenate exactly to their common type
         return ("numpy", chunk.dtype.kind)
@@ -262,6 +278,8 @@ def _column(chunks: list, dtype: pa.DataType) -> pa.Array:
                            dtype.value_type)
     if kind[0] == "arrow":
         return pa.concat_arrays(chunks)
+    if kind[0] == "deferred":
+        return pa.concat_arrays([c.build().cast(dtype) for c in chunks])
     if kind[0] == "numpy":
         return pa.array(np.concatenate(chunks), type=dtype, from_pandas=True)
     return pa.array([x for c in chunks for x in _py(c)], type=dtype, from_pandas=True)
@@ -350,9 +368,13 @@ def json_ints(x) -> pa.Array:
 
 
 def json_strings(x) -> pa.Array:
-    """JSON string literals of an object array of str (json.dumps once per distinct value)."""
-    values, inverse = np.unique(np.asarray(x, dtype=object).astype(str), return_inverse=True)
-    return pa.array([json.dumps(v) for v in values.tolist()], type=pa.string()).take(pa.array(inverse.ravel()))
+    """JSON string literals of an object array of str, or of `Names` (json.dumps once per name)."""
+    if isinstance(x, Names):
+        values, inverse = x.names, x.codes
+    else:
+        values, inverse = np.unique(np.asarray(x, dtype=object).astype(str), return_inverse=True)
+        values = values.tolist()
+    return pa.array([json.dumps(v) for v in values], type=pa.string()).take(pa.array(np.asarray(inverse).ravel()))
 
 
 def join_strings(*parts) -> pa.Array:

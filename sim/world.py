@@ -19,11 +19,11 @@ from golem import clade as cladem
 from golem import grimoire as gm
 from golem import pad as padm
 from golem.context import normalise
-from golem.heartbeat import EventBatch, Mind, Observation, TickOutput
+from golem.heartbeat import STATE_PATHS, EventBatch, Mind, Observation, TickOutput
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
-from sim.recorder import Lists, Names, join_strings, json_floats, json_ints, json_strings
+from sim.recorder import Deferred, Lists, Names, join_strings, json_floats, json_ints, json_strings
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
 
@@ -355,7 +355,10 @@ class World:
         self._delivered_events = []
         if self._delivered_entries:
             rows = self._delivered_entries
-            self._record_entries({k: np.concatenate([np.atleast_1d(r[k]) for r in rows]) for k in rows[0]})
+            if len(rows) == 1:
+                self._record_entries({k: np.atleast_1d(v) for k, v in rows[0].items()})
+            else:
+                self._record_entries({k: np.concatenate([np.atleast_1d(r[k]) for r in rows]) for k in rows[0]})
             self._delivered_entries = []
 
     def flush(self, background: bool = False) -> None:
@@ -414,8 +417,8 @@ class World:
 
     def _record_heartbeats(self, h: dict) -> None:
         self.rec.add("heartbeats", dict(
-            h, state_path=_strings(h["state_path"]), emotion=Names(padm.EMOTION_CODES, h["emotion"]), label=Names(gm.LABELS, h["label"]),
-            tier=Names(TIERS, h["tier"]), phase=Names(PHASES, h["phase"]),
+            h, state_path=Names(STATE_PATHS, h["state_path"]), emotion=Names(padm.EMOTION_CODES, h["emotion"]),
+            label=Names(gm.LABELS, h["label"]), tier=Names(TIERS, h["tier"]), phase=Names(PHASES, h["phase"]),
             regime=Names(self.tape.regime_names, h["regime"]), probe=Names(SEVERITIES, h["probe"])))
 
     def _record_retrievals(self, r: dict) -> None:
@@ -447,21 +450,27 @@ class World:
             return
         assets = self.tape.assets
         topic = pa.array(e["topic_name"], type=pa.string())
-        # "<kind> <topic>" joined by Arrow; entries with an outcome append it, formatted by Python
-        content = join_strings(Names(KINDS, e["kind"]), " ", topic)
+        # "<kind> <topic>", joined by Arrow on the writer thread; entries with an outcome append it,
+        # formatted by Python here
+        kind = Names(KINDS, e["kind"])
         ho = np.asarray(e["has_outcome"], dtype=bool)
+        told = None
         if ho.any():
             idx = np.flatnonzero(ho)
             told = np.full(n, None, dtype=object)
             told[idx] = [f"{KINDS[k]} {t}: outcome {o:+.2f}" for k, t, o in
                          zip(e["kind"][idx].tolist(), e["topic_name"][idx].tolist(), e["outcome"][idx].tolist())]
-            content = pc.if_else(pa.array(ho), pa.array(told, type=pa.string()), content)
+            told = pa.array(told, type=pa.string())
+
+        def content():
+            joined = join_strings(kind, " ", topic)
+            return joined if told is None else pc.if_else(pa.array(ho), told, joined)
         self.rec.add("entries", dict(
             id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
             tick=e["tick"], category=Names(gm.CATEGORIES, e["category"]), topic=topic,
             scope=Names(assets, np.clip(e["scope"], 0, len(assets) - 1)), kind=Names(KINDS, e["kind"]),
             event_kind=_strings(e["event_kind"]),
-            content=content, confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
+            content=Deferred(content, n), confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
             decay_class=Names(gm.DECAY_CLASSES, e["decay_class"]), ttl_days=e["ttl_days"],
             window_days=e["window_ms"] / 86_400_000, has_tag=e["has_tag"], p=e["p"], a=e["a"], d=e["d"],
             emotion=Names(padm.EMOTION_CODES, e["emotion"]), intensity=e["i0"], label=Names(gm.LABELS, e["label"]),
@@ -507,21 +516,23 @@ class World:
 
     def _record_contagion(self, c: dict) -> None:
         """`contagion` events from clade.receive's columns; the payload JSON is assembled by Arrow
-        string kernels, the same text `_payload_json` writes for the dict, key for key."""
+        string kernels on the writer thread, the same text `_payload_json` writes for the dict, key
+        for key."""
         f, b, a, tag = json_floats, c["pad_before"], c["pad_after"], c["tag"]
-        payload = join_strings(
-            '{"alert_type": ', json_strings(c["alert_type"]), ', "inherited_confidence": ', f(c["inherited_confidence"]),
+        alert, signal = Names(c["alert_type"], c["parcel"]), Names(c["signal"], c["parcel"])
+        payload = Deferred(lambda: join_strings(
+            '{"alert_type": ', json_strings(alert), ', "inherited_confidence": ', f(c["inherited_confidence"]),
             ', "latency_ms": ', json_ints(c["latency_ms"]),
             ', "pad_after": [', f(a[:, 0]), ", ", f(a[:, 1]), ", ", f(a[:, 2]),
             '], "pad_before": [', f(b[:, 0]), ", ", f(b[:, 1]), ", ", f(b[:, 2]),
-            '], "sender_entry": ', json_ints(c["sender_entry"]), ', "signal": ', json_strings(c["signal"]),
+            '], "sender_entry": ', json_ints(c["sender_entry"]), ', "signal": ', json_strings(signal),
             ', "stored": ', Names(("false", "true"), c["stored"].astype(np.int8)),
-            ', "tag": [', f(tag[:, 0]), ", ", f(tag[:, 1]), ", ", f(tag[:, 2]), "]}")
+            ', "tag": [', f(tag[:, 0]), ", ", f(tag[:, 1]), ", ", f(tag[:, 2]), "]}"), len(c["golem_id"]))
         self._record_event_columns(c["time_ms"], "contagion", c["golem_id"], c["clade_id"], c["tick"], c["entry_id"],
                                    c["other_golem"], c["value"], payload)
 
     def _record_event_columns(self, time_ms: int, kind: str, golem_id, clade_id, tick, entry_id, other_golem, value,
-                              payload: pa.Array) -> None:
+                              payload: pa.Array | Deferred) -> None:
         """Events of one kind at one instant, given as columns (the next `seq` numbers in row order)."""
         n = len(golem_id)
         self.rec.add("events", dict(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.recorder import (SCHEMAS, SORT_KEYS, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
+from sim.recorder import (SCHEMAS, SORT_KEYS, Deferred, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
                           json_strings, list_column, read_table, write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
@@ -142,6 +142,23 @@ def test_list_column_kernel_equals_the_numpy_construction(rows, k, seed, dt, p_k
     got, want = list_column(values, mask, dtype), _list_column_reference(values, mask, dtype)
     assert got.type == want.type and got.equals(want)
     assert got.to_pylist() == want.to_pylist()
+
+
+def test_deferred_chunks_are_built_at_flush_in_their_place(tmp_path):
+    built = []
+
+    def payload(texts):
+        built.append(texts)
+        return pa.array(texts, type=pa.string())
+    rec = Recorder(tmp_path)
+    rec.add("events", dict(_events([1, 2], Names(KINDS, [0, 0]), np.array([0.5, 1.0])),
+                           payload=pa.array(["{}", "{}"], type=pa.string())))
+    rec.add("events", dict(_events([3], Names(KINDS, [1]), np.array([2.0])),
+                           payload=Deferred(lambda: payload(['{"a": 1}']), 1)))
+    assert built == []                      # nothing built on the simulation thread
+    rec.flush()
+    assert built == [['{"a": 1}']]
+    assert read_table(tmp_path, "events").column("payload").to_pylist() == ["{}", "{}", '{"a": 1}']
 
 
 def test_number_chunks_of_different_widths_concatenate_exactly():
