@@ -1,6 +1,7 @@
 """One whole `golem-sim run` of scenarios/bench.yaml, timed by phase, in this process.
 
     python tests/benchmarks/_run.py --capacity 1024 [--duration 10d] [--no-record] [--json]
+    ... [--no-write] [--no-checkpoint]     what each part of recording costs (tables incomplete)
 
 Phases are measured from outside, without hooks in the engine: the methods below are wrapped
 with a timer that charges each moment of wall time to the innermost running phase (a retrieval
@@ -159,6 +160,16 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
     return out_d
 
 
+def parts_of_recording(write: bool = True, checkpoint: bool = True) -> None:
+    """Switch off parts of recording, to measure what each costs (the tables are then incomplete)."""
+    import sim.checkpoint
+    import sim.recorder
+    if not write:
+        sim.recorder._build_and_write = lambda path, table, cols: None
+    if not checkpoint:
+        sim.checkpoint.maybe_save = lambda *a, **k: None
+
+
 def in_child(capacity: int, record: bool, duration: str | None) -> dict:
     """`whole_run` in a fresh process (its own peak RSS, no JIT or arena left from before)."""
     import subprocess
@@ -179,9 +190,14 @@ def main(argv=None) -> None:
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--no-phases", action="store_true", help="no phase timers (to measure their overhead)")
     ap.add_argument("--no-floor", action="store_true", help="skip the floor, kernel, stream and peer measurements")
+    ap.add_argument("--no-write", action="store_true",
+                    help="recorded, but the writer thread drops each part (what recording costs the simulation "
+                         "thread, without the writer beside it)")
+    ap.add_argument("--no-checkpoint", action="store_true", help="recorded, without checkpoints")
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    parts_of_recording(write=not a.no_write, checkpoint=not a.no_checkpoint)
     r = whole_run(a.capacity, a.duration, not a.no_record, Path(a.out) if a.out else None,
                   phases=not a.no_phases, floor=not a.no_floor)
     print(json.dumps(r, indent=None if a.json else 2, sort_keys=True))
