@@ -468,7 +468,7 @@ class World:
         self.rec.add("entries", dict(
             id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
             tick=e["tick"], category=Names(gm.CATEGORIES, e["category"]), topic=topic,
-            scope=Names(assets, np.clip(e["scope"], 0, len(assets) - 1)), kind=Names(KINDS, e["kind"]),
+            scope=Names(assets, np.clip(e["scope"], 0, len(assets) - 1)), kind=kind,
             event_kind=_strings(e["event_kind"]),
             content=Deferred(content, n), confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
             decay_class=Names(gm.DECAY_CLASSES, e["decay_class"]), ttl_days=e["ttl_days"],
