@@ -20,6 +20,9 @@ bookkeeping outside the state functions) is "scheduling".
     recording   World.emit (minus pushes), World.flush (with its checkpoint), World._record_*
     scheduling  the rest: SimPy, the heartbeat loop, Mind.tick's own bookkeeping
 
+Each phase also gets the simulation thread's CPU time (`phases_cpu_s`); where a phase's wall time
+exceeds it, the thread waited (for the GIL the writer thread holds, or for a core).
+
 After the run, in the same process, it measures the retrieval floor of one cohort tick on the
 final arena (one BLAS sgemv per Golem slab, batched: np.matmul over the stacked slabs), the
 kernel on the same arena and queries, a stream read of the embeddings, and the per-agent peer
@@ -46,29 +49,36 @@ PHASES = ("market", "appraisal", "retrieval", "decision", "write", "curator", "c
 
 
 class PhaseTimer:
-    """Exclusive wall time per phase: entering a phase pauses the one it interrupts."""
+    """Exclusive wall time per phase: entering a phase pauses the one it interrupts.
+
+    Also the simulation thread's CPU time per phase (`time.thread_time`, user + system): wall time
+    beyond it is time the thread waited (for the GIL, for the OS), not time it worked."""
 
     def __init__(self):
         self.total = {p: 0.0 for p in PHASES}
+        self.cpu = {p: 0.0 for p in PHASES}
         self.calls = {p: 0 for p in PHASES}
-        self.stack: list[list] = []  # [phase, started_at]
+        self.stack: list[list] = []  # [phase, started_at, cpu_at]
 
     def wrap(self, fn, phase):
         def timed(*args, **kwargs):
-            now = time.perf_counter()
+            now, cpu = time.perf_counter(), time.thread_time()
             if self.stack:
                 top = self.stack[-1]
                 self.total[top[0]] += now - top[1]
-            self.stack.append([phase, now])
+                self.cpu[top[0]] += cpu - top[2]
+            self.stack.append([phase, now, cpu])
             self.calls[phase] += 1
             try:
                 return fn(*args, **kwargs)
             finally:
-                end = time.perf_counter()
-                ph, t0 = self.stack.pop()
+                end, cend = time.perf_counter(), time.thread_time()
+                ph, t0, c0 = self.stack.pop()
                 self.total[ph] += end - t0
+                self.cpu[ph] += cend - c0
                 if self.stack:
                     self.stack[-1][1] = end
+                    self.stack[-1][2] = cend
         timed.__wrapped__ = fn
         return timed
 
@@ -84,7 +94,8 @@ def instrument(timer: PhaseTimer) -> None:
         if fn is not None and not hasattr(fn, "__wrapped__"):
             setattr(owner, name, timer.wrap(fn, phase))
 
-    patch(W.World, "observe", "market")
+    patch(W.World, "run", "scheduling")     # outermost: what no other phase covers (its wall time is
+    patch(W.World, "observe", "market")      # reported as the run's minus the others, as before)
     for name in ("_record_market", "_record_heartbeats", "_record_retrievals", "_record_entries", "_record_events",
                  "_record_snapshot"):
         patch(W.World, name, "recording")       # also when called from a Clade delivery
@@ -149,7 +160,7 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         "capacity": capacity, "duration": duration or "10d", "record": record, "golems": int(world.pop.n),
         "golem_ticks": ticks, "cohort_ticks": cohort_ticks, "run_s": run_s, "setup_s": total - run_s,
         "golem_ticks_per_s": ticks / run_s, "s_per_cohort_tick": run_s / max(cohort_ticks, 1),
-        "phases_s": phase_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "phases_s": phase_s, "phases_cpu_s": dict(timer.cpu), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_before_mb": rss0 / 1024, "bytes_per_entry": world.gr.bytes_per_entry(), "dim": world.gr.dim,
         "run_dir": str(out),
     }

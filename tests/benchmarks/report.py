@@ -102,11 +102,22 @@ def retrieval_table(rows: list[dict]) -> str:
 
 
 # ----------------------------------------------------------------------------- whole runs
+def waiting(r: dict) -> float:
+    """ms per tick the simulation thread spent waiting (phase wall time beyond its CPU time: the
+    GIL held by the writer thread, a core taken by another thread)."""
+    cpu = r.get("phases_cpu_s")
+    if not cpu:
+        return float("nan")
+    # scheduling's wall time is the run's minus the other phases'; its CPU time was measured directly
+    idle = sum(max(0.0, r["phases_s"][p] - cpu.get(p, 0.0)) for p in PHASES)
+    return 1e3 * idle / max(r["cohort_ticks"], 1)
+
+
 def runs_table(runs: list[dict]) -> str:
     head = ("| capacity | recording | Golem-ticks/s | ms per tick (1,000 Golems) | retrieval floor ms | tick / floor | "
             "kernel ms, 2 threads / 1 (same arena) | per-agent peer Golem-ticks/s | engine / peer | peak RSS MB | "
-            + " | ".join(f"{p} %" for p in PHASES) + " |")
-    out = [head, "|" + "---:|" * (10 + len(PHASES))]
+            "simulation thread waiting ms per tick | " + " | ".join(f"{p} %" for p in PHASES) + " |")
+    out = [head, "|" + "---:|" * (11 + len(PHASES))]
     for r in runs:
         fl = r["floor"]
         tot = max(r["run_s"], 1e-9)
@@ -115,7 +126,7 @@ def runs_table(runs: list[dict]) -> str:
             f"{1e3 * r['s_per_cohort_tick']:.1f} | {1e3 * fl['sgemv_s']:.1f} | {r['s_per_cohort_tick'] / fl['sgemv_s']:.1f} | "
             f"{1e3 * fl['kernel_s']:.1f} / {1e3 * fl['kernel_1t_s']:.1f} | {r['peer']['golem_ticks_per_s']:,.0f} | "
             f"{r['golem_ticks_per_s'] / r['peer']['golem_ticks_per_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
-            + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
+            f"{waiting(r):.2f} | " + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
     return "\n".join(out)
 
 
