@@ -243,18 +243,19 @@ class Mind:
         share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
         pop.neg_share[ix] = np.concatenate([pop.neg_share[ix][:, 1:], share[:, None]], axis=1)
         rt.touch(gr, slots, obs.now_ms)
+        sc = rt.served_columns(gr, safe, res.shadow)   # = c[name][safe], after the touch
         # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
         sem = np.nan_to_num(res.factors[:, :, 0], nan=-1.0)
-        react = tagged & (sem >= cfg.decay.reactivation_cosine) & (c["topic"][safe] == topic[:, None])
+        react = tagged & (sem >= cfg.decay.reactivation_cosine) & (sc["topic"] == topic[:, None])
         rs = slots[react]
         c["reactivated"][rs] = True
         c["react_count"][rs] += 1   # distinct slots (see rt.touch)
         c["last_react_ms"][rs] = obs.now_ms
         # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
-        has_out = served & c["has_outcome"][safe]
-        conf = c["confidence"][safe]
+        has_out = served & sc["has_outcome"]
+        conf = sc["confidence"]
         wts = np.where(has_out, np.maximum(scores, 0.0) * conf, 0.0)
-        outc = np.where(has_out, c["outcome"][safe], 0.0)
+        outc = np.where(has_out, sc["outcome"], 0.0)
         wsum = wts.sum(axis=1)
         mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
         # reflexes that fired in SENSING join the evidence at full weight
@@ -311,8 +312,8 @@ class Mind:
         pop.contrarian_pending[ix[pending]] = -1
         novelty = np.nan_to_num(res.factors[:, 0, 0], nan=-1.0) < cfg.escalation.novelty_threshold
         tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
-        low_conf = served & (conf < cfg.confidence.low_flag) & (c["access_count"][safe] >= cfg.confidence.low_flag_accesses)
-        ids = c["id"][safe]
+        low_conf = served & (conf < cfg.confidence.low_flag) & (sc["access_count"] >= cfg.confidence.low_flag_accesses)
+        ids = sc["id"]
         if cfg.retrieval.mode == "somatic_hdc":
             # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
             cu = s["pad"] / np.maximum(np.linalg.norm(s["pad"], axis=1, keepdims=True), 1e-8)
@@ -324,7 +325,7 @@ class Mind:
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
             query_p=s["pad"][:, 0].copy(), query_a=s["pad"][:, 1].copy(), query_d=s["pad"][:, 2].copy(),
             slots=slots, ids=np.where(served, ids, -1), scores=np.where(served, scores, np.nan),
-            factors=res.factors, shadow_ids=np.where(res.shadow >= 0, c["id"][np.maximum(res.shadow, 0)], -1),
+            factors=res.factors, shadow_ids=np.where(res.shadow >= 0, sc["shadow_id"], -1),
             pool_n=res.pool[:, 0].astype(np.int64),
             pool_mean_emotional=np.where(res.pool[:, 0] > 0, res.pool[:, 1] / np.maximum(res.pool[:, 0], 1), np.nan),
             pool_mean_valence=np.where(res.pool[:, 0] > 0, res.pool[:, 2] / np.maximum(res.pool[:, 0], 1), np.nan),

@@ -535,3 +535,34 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
                         k, sal_cap, min_conf, live,
                         out_slots, out_scores, out_factors, out_shadow, out_pool)
 
+
+
+# ----------------------------------------------------------------------------- served entries
+@njit(cache=True, parallel=True, nogil=True)
+def gather_served(safe, shadow, ids, topic, has_outcome, confidence, outcome, access_count):
+    """The columns `decide` reads of the served entries, in one pass: each output is exactly
+    `column[safe]` (and `ids[max(shadow, 0)]` for the shadow ranking), in the column's dtype.
+
+    The served entries lie anywhere in their slabs and are no longer in cache after the scan, so
+    each gather is mostly cache misses; seven numpy gathers one after the other wait for them
+    seven times (0.74 ms per 1,000-Golem tick at capacity 1,024), this pass issues them together
+    on numba's threads (0.31 ms)."""
+    b, k = safe.shape
+    o_id = np.empty((b, k), ids.dtype)
+    o_topic = np.empty((b, k), topic.dtype)
+    o_has_out = np.empty((b, k), has_outcome.dtype)
+    o_conf = np.empty((b, k), confidence.dtype)
+    o_out = np.empty((b, k), outcome.dtype)
+    o_acc = np.empty((b, k), access_count.dtype)
+    o_shadow = np.empty((b, k), ids.dtype)
+    for i in prange(b):
+        for r in range(k):
+            s = safe[i, r]
+            o_id[i, r] = ids[s]
+            o_topic[i, r] = topic[s]
+            o_has_out[i, r] = has_outcome[s]
+            o_conf[i, r] = confidence[s]
+            o_out[i, r] = outcome[s]
+            o_acc[i, r] = access_count[s]
+            o_shadow[i, r] = ids[max(shadow[i, r], 0)]
+    return o_id, o_topic, o_has_out, o_conf, o_out, o_acc, o_shadow

@@ -220,6 +220,19 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     return out
 
 
+#: the served entries' columns `served_columns` hands out (besides the shadow ranking's ids)
+SERVED_COLUMNS = ("id", "topic", "has_outcome", "confidence", "outcome", "access_count")
+
+
+def served_columns(gr: Grimoire, safe: np.ndarray, shadow: np.ndarray) -> dict[str, np.ndarray]:
+    """`gr.cols[name][safe]` for each of `SERVED_COLUMNS`, and "shadow_id" = the id at each shadow
+    slot (slot -1 reads slot 0; the caller masks), gathered in one threaded pass."""
+    c = gr.cols
+    got = kernels.gather_served(np.ascontiguousarray(safe, dtype=np.int64), np.ascontiguousarray(shadow, dtype=np.int64),
+                                *(c[name] for name in SERVED_COLUMNS))
+    return dict(zip(SERVED_COLUMNS + ("shadow_id",), got))
+
+
 def touch(gr: Grimoire, slots: np.ndarray, now_ms: int) -> None:
     """Access bookkeeping for served entries: recall renews (last_accessed_at = now, count + 1).
 

@@ -297,3 +297,27 @@ def test_served_factors_are_entry_factors_bit_for_bit(arena, prm, seed):
     for i, (g, s) in enumerate(zip(golem, slots)):
         sem, hours, imp, emo = rt.entry_factors(gr, int(s), q[g], tuple(pad[g]), NOW, prm)
         assert got[i].tolist() == [sem, prm.temporal_base ** hours, imp, emo]
+
+
+@FAST
+@given(arenas(), params, st.integers(0, 2**32 - 1))
+def test_served_columns_are_numpy_gathers(arena, prm, seed):
+    """decide's one-pass gather of the served entries' columns = column[safe] for each, in the
+    column's dtype (slot -1 reads slot 0, as np.where(served, slots, 0) did), shadow ids likewise."""
+    gr, q, pad = arena
+    rng = np.random.default_rng(seed)
+    c = gr.cols
+    n = c["id"].size
+    c["topic"][:] = rng.integers(-2**31, 2**31 - 1, n)
+    c["has_outcome"][:] = rng.uniform(size=n) < 0.5
+    c["outcome"][:] = rng.standard_normal(n)
+    c["access_count"][:] = rng.integers(0, 50, n)
+    golems = np.arange(gr.n_golems)
+    res = rt.retrieve(gr, golems, q, pad, NOW, prm)
+    safe = np.where(res.slots >= 0, res.slots, 0)
+    got = rt.served_columns(gr, safe, res.shadow)
+    for name in rt.SERVED_COLUMNS:
+        want = c[name][safe]
+        assert got[name].dtype == want.dtype, name
+        np.testing.assert_array_equal(got[name], want)
+    np.testing.assert_array_equal(got["shadow_id"], c["id"][np.maximum(res.shadow, 0)])
