@@ -196,7 +196,7 @@ class Mind:
             still = c["id"][s] >= 0
             agree = (signs[live] == np.broadcast_to(sgn[:, None], slots.shape)[live])
             delta = np.where(agree, cf.validation, -cf.contradiction)[still]
-            ss = s[still]                                 # distinct slots (see rt.touch)
+            ss = s[still]                                 # distinct slots (see rt.recall)
             c["confidence"][ss] = np.clip(c["confidence"][ss] + delta.astype(np.float32), 0.0, 1.0)
         pop.drove[ix] = -1
 
@@ -242,14 +242,15 @@ class Mind:
         nserved = served.sum(axis=1)
         share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
         pop.neg_share[ix] = np.concatenate([pop.neg_share[ix][:, 1:], share[:, None]], axis=1)
-        rt.touch(gr, slots, obs.now_ms)
-        sc = rt.served_columns(gr, safe, res.shadow)   # = c[name][safe], after the touch
+        # touch and acted-on counts of the served entries (they drive this decision), and their
+        # columns: sc[name] = c[name][safe] after that
+        sc = rt.recall(gr, slots, res.shadow, obs.now_ms)
         # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
         sem = np.nan_to_num(res.factors[:, :, 0], nan=-1.0)
         react = tagged & (sem >= cfg.decay.reactivation_cosine) & (sc["topic"] == topic[:, None])
         rs = slots[react]
         c["reactivated"][rs] = True
-        c["react_count"][rs] += 1   # distinct slots (see rt.touch)
+        c["react_count"][rs] += 1   # distinct slots (see rt.recall)
         c["last_react_ms"][rs] = obs.now_ms
         # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
         has_out = served & sc["has_outcome"]
@@ -271,9 +272,6 @@ class Mind:
             w_x, o_x = contrarian.weigh(self, ix, slots, scores)
             tot = wsum + w_x.sum(axis=1)
             mem = np.where(pending & (tot > 0), (mem * wsum + (w_x * o_x).sum(axis=1)) / np.maximum(tot, 1e-12), mem)
-        acted = slots[served]   # the served ids drove the decision
-        c["acted_on_count"][acted] += 1
-        c["last_acted_ms"][acted] = obs.now_ms
         drove = np.where(has_out, slots, -1)
         pop.drove[ix] = drove
         pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)

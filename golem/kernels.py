@@ -539,15 +539,29 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
 
 # ----------------------------------------------------------------------------- served entries
 @njit(cache=True, parallel=True, nogil=True)
-def gather_served(safe, shadow, ids, topic, has_outcome, confidence, outcome, access_count):
-    """The columns `decide` reads of the served entries, in one pass: each output is exactly
-    `column[safe]` (and `ids[max(shadow, 0)]` for the shadow ranking), in the column's dtype.
+def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count, last_acted_ms,
+                  ids, topic, has_outcome, confidence, outcome):
+    """What a recall does to the served entries, and the columns `decide` reads of them.
+
+    Pass 1, for every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so
+    no two rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1,
+    last_acted_ms = now. Pass 2 (after pass 1: numba runs prange loops one after the other) returns
+    column[safe] for ids, topic, has_outcome, confidence, outcome and access_count, each in its
+    column's dtype, safe = the slot or 0 for an empty one (as np.where(slots >= 0, slots, 0)), and
+    the ids at the shadow slots (max(shadow, 0)).
 
     The served entries lie anywhere in their slabs and are no longer in cache after the scan, so
-    each gather is mostly cache misses; seven numpy gathers one after the other wait for them
-    seven times (0.74 ms per 1,000-Golem tick at capacity 1,024), this pass issues them together
-    on numba's threads (0.31 ms)."""
-    b, k = safe.shape
+    every numpy gather or scatter of them is mostly cache misses, waited for one array after the
+    other; here they are issued together, on numba's threads."""
+    b, k = slots.shape
+    for i in prange(b):
+        for r in range(k):
+            s = slots[i, r]
+            if s >= 0:
+                last_access_ms[s] = now_ms
+                access_count[s] += 1
+                acted_on_count[s] += 1
+                last_acted_ms[s] = now_ms
     o_id = np.empty((b, k), ids.dtype)
     o_topic = np.empty((b, k), topic.dtype)
     o_has_out = np.empty((b, k), has_outcome.dtype)
@@ -557,7 +571,7 @@ def gather_served(safe, shadow, ids, topic, has_outcome, confidence, outcome, ac
     o_shadow = np.empty((b, k), ids.dtype)
     for i in prange(b):
         for r in range(k):
-            s = safe[i, r]
+            s = max(slots[i, r], 0)
             o_id[i, r] = ids[s]
             o_topic[i, r] = topic[s]
             o_has_out[i, r] = has_outcome[s]

@@ -220,28 +220,20 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     return out
 
 
-#: the served entries' columns `served_columns` hands out (besides the shadow ranking's ids)
+#: the served entries' columns `recall` hands out (besides the shadow ranking's ids)
 SERVED_COLUMNS = ("id", "topic", "has_outcome", "confidence", "outcome", "access_count")
 
 
-def served_columns(gr: Grimoire, safe: np.ndarray, shadow: np.ndarray) -> dict[str, np.ndarray]:
-    """`gr.cols[name][safe]` for each of `SERVED_COLUMNS`, and "shadow_id" = the id at each shadow
-    slot (slot -1 reads slot 0; the caller masks), gathered in one threaded pass."""
+def recall(gr: Grimoire, slots: np.ndarray, shadow: np.ndarray, now_ms: int) -> dict[str, np.ndarray]:
+    """The served entries' bookkeeping for a decision (recall renews: last_access = now, access_count
+    + 1; and they drive it: acted_on_count + 1, last_acted = now) and their columns after it: `gr.cols[name][safe]` for each of
+    `SERVED_COLUMNS` (safe = the slot, 0 where none; the caller masks) and "shadow_id", the id at
+    each shadow slot. One threaded pass each (`kernels.recall_served`)."""
     c = gr.cols
-    got = kernels.gather_served(np.ascontiguousarray(safe, dtype=np.int64), np.ascontiguousarray(shadow, dtype=np.int64),
-                                *(c[name] for name in SERVED_COLUMNS))
+    got = kernels.recall_served(np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(shadow, dtype=np.int64),
+                                np.int64(now_ms), c["last_access_ms"], c["access_count"], c["acted_on_count"],
+                                c["last_acted_ms"], *(c[name] for name in SERVED_COLUMNS[:-1]))
     return dict(zip(SERVED_COLUMNS + ("shadow_id",), got))
-
-
-def touch(gr: Grimoire, slots: np.ndarray, now_ms: int) -> None:
-    """Access bookkeeping for served entries: recall renews (last_accessed_at = now, count + 1).
-
-    `slots` holds distinct slots (each row is one Golem's served set), so a plain fancy-index
-    increment counts every entry once (np.add.at, for repeated indices, is ~15x slower).
-    """
-    s = slots[slots >= 0]
-    gr.cols["last_access_ms"][s] = now_ms
-    gr.cols["access_count"][s] += 1
 
 
 def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, pool: np.ndarray,
@@ -262,7 +254,7 @@ def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, 
 
 
 __all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",
-           "touch", "anti_rumination", "entry_factors", "served_factors"]
+           "recall", "anti_rumination", "entry_factors", "served_factors"]
 
 
 # --- alternative profiles: six-factor [C] and somatic HDC (§11) ------------------------------------

@@ -300,10 +300,11 @@ def test_served_factors_are_entry_factors_bit_for_bit(arena, prm, seed):
 
 
 @FAST
-@given(arenas(), params, st.integers(0, 2**32 - 1))
-def test_served_columns_are_numpy_gathers(arena, prm, seed):
-    """decide's one-pass gather of the served entries' columns = column[safe] for each, in the
-    column's dtype (slot -1 reads slot 0, as np.where(served, slots, 0) did), shadow ids likewise."""
+@given(arenas(), params, st.integers(0, 2**32 - 1), st.booleans())
+def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one):
+    """decide's one-pass recall = numpy: last_access = now and access_count, acted_on_count + 1,
+    last_acted = now at every served slot, then column[safe] for each served column (safe = the slot,
+    0 where none) in the column's dtype and the ids at the shadow slots."""
     gr, q, pad = arena
     rng = np.random.default_rng(seed)
     c = gr.cols
@@ -311,13 +312,26 @@ def test_served_columns_are_numpy_gathers(arena, prm, seed):
     c["topic"][:] = rng.integers(-2**31, 2**31 - 1, n)
     c["has_outcome"][:] = rng.uniform(size=n) < 0.5
     c["outcome"][:] = rng.standard_normal(n)
-    c["access_count"][:] = rng.integers(0, 50, n)
-    golems = np.arange(gr.n_golems)
-    res = rt.retrieve(gr, golems, q, pad, NOW, prm)
-    safe = np.where(res.slots >= 0, res.slots, 0)
-    got = rt.served_columns(gr, safe, res.shadow)
+    for name in ("access_count", "acted_on_count"):
+        c[name][:] = rng.integers(0, 50, n)
+    c["last_acted_ms"][:] = rng.integers(0, NOW, n)
+    res = rt.retrieve(gr, np.arange(gr.n_golems), q, pad, NOW, prm)
+    slots = res.slots.copy()
+    if replace_one and (slots[0] >= 0).any():     # as anti-rumination does: a served cell changes
+        free = np.setdiff1d(np.arange(gr.count[0]), slots[0])
+        if free.size:
+            slots[0, np.flatnonzero(slots[0] >= 0)[-1]] = free[0]
+    want = {k: v.copy() for k, v in c.items()}
+    s = slots[slots >= 0]
+    want["last_access_ms"][s] = NOW + 7
+    want["access_count"][s] += 1
+    want["acted_on_count"][s] += 1
+    want["last_acted_ms"][s] = NOW + 7
+    got = rt.recall(gr, slots, res.shadow, NOW + 7)
+    for name in want:
+        np.testing.assert_array_equal(c[name], want[name], err_msg=name)
+    safe = np.where(slots >= 0, slots, 0)
     for name in rt.SERVED_COLUMNS:
-        want = c[name][safe]
-        assert got[name].dtype == want.dtype, name
-        np.testing.assert_array_equal(got[name], want)
+        assert got[name].dtype == c[name].dtype, name
+        np.testing.assert_array_equal(got[name], c[name][safe], err_msg=name)
     np.testing.assert_array_equal(got["shadow_id"], c["id"][np.maximum(res.shadow, 0)])
