@@ -580,3 +580,43 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
             o_acc[i, r] = access_count[s]
             o_shadow[i, r] = ids[max(shadow[i, r], 0)]
     return o_id, o_topic, o_has_out, o_conf, o_out, o_acc, o_shadow
+
+
+@njit(cache=True, error_model="numpy")
+def served_factors_batch(slots, queries, cur_pad, now_ms, emb, last_access_ms, p, a, d, i0, created_ms,
+                         last_react_ms, reactivated, has_tag, importance, temporal_base, half_life_ms,
+                         react_boost, charge_fading, two, out):
+    """out[i] = the four factors of entry slots[i] for queries[i] and cur_pad[i], the operations of
+    `golem.retrieval.entry_factors` in its order (so the same bits): the semantic dot product in the
+    kernel's lane order, powers by libm's pow as Python's `**` computes them, np.maximum/np.minimum
+    where the reference uses them. For the few entries anti-rumination puts in a served set.
+    `two` is 2.0, passed in: with the constant LLVM turns pow(2, x) into exp2(x), which differs
+    from pow in the last bit now and then."""
+    dim = queries.shape[1]
+    dm = dim - dim % LANES
+    q64 = np.empty(dim)
+    for i in range(slots.size):
+        s = slots[i]
+        for t in range(dim):
+            q64[t] = np.float64(queries[i, t])
+        sem = _dot_lanes_row(emb, s, q64, dm)
+        for t in range(dm, dim):
+            sem = sem + np.float64(emb[s, t]) * q64[t]
+        temporal = temporal_base ** (np.float64(now_ms - last_access_ms[s]) / HOUR_MS)
+        ps, as_, ds = np.float64(p[s]), np.float64(a[s]), np.float64(d[s])
+        cp, ca, cd = cur_pad[i, 0], cur_pad[i, 1], cur_pad[i, 2]
+        dot = ps * cp + as_ * ca + ds * cd
+        emo = (dot / (np.maximum(np.sqrt(ps * ps + as_ * as_ + ds * ds), 1e-8)
+                      * np.maximum(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)) + 1.0) / 2.0
+        if charge_fading:
+            i0s = np.float64(i0[s])
+            now_i = i0s * two ** (np.float64(-(now_ms - created_ms[s])) / half_life_ms)
+            lr = last_react_ms[s]
+            boost = react_boost * two ** (np.float64(-(now_ms - lr)) / half_life_ms) if reactivated[s] and lr >= 0 else 0.0
+            now_i = np.minimum(1.0, now_i + boost)
+            emo = 0.5 + (emo - 0.5) * np.minimum(1.0, np.maximum(0.0, now_i / np.maximum(i0s, 1e-8)))
+        out[i, 0] = sem
+        out[i, 1] = temporal
+        out[i, 2] = np.float64(importance[s])
+        out[i, 3] = emo if has_tag[s] else 0.5
+    return out

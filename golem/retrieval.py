@@ -95,57 +95,20 @@ def entry_factors(gr: Grimoire, s: int, query: np.ndarray, cur_pad, now_ms: int,
     return sem, hours, float(c["importance"][s]), emo
 
 
-def semantic_dots(emb: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """`semantic_dot` of each row pair (emb[i], queries[i]), vectorised over rows: the same
-    additions in the same order, so the same bits."""
-    prod = emb.astype(np.float64) * queries.astype(np.float64)
-    d = prod.shape[1]
-    dm = d - d % 32
-    acc = np.zeros((prod.shape[0], 32))
-    for t in range(0, dm, 32):
-        acc += prod[:, t:t + 32]
-    s8 = (acc[:, 0:8] + acc[:, 8:16]) + (acc[:, 16:24] + acc[:, 24:32])
-    s4 = s8[:, :4] + s8[:, 4:]
-    s2 = s4[:, :2] + s4[:, 2:]
-    sem = s2[:, 0] + s2[:, 1]
-    for t in range(dm, d):
-        sem = sem + prod[:, t]
-    return sem
-
-
-def _pow(base: float, exponents: np.ndarray) -> np.ndarray:
-    """base ** x by libm, as the scalar reference computes it (numpy's SIMD power may differ in
-    the last bit)."""
-    return np.array([base ** x for x in exponents.tolist()])
-
-
 def served_factors(gr: Grimoire, slots: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
                    prm: RetrievalParams) -> np.ndarray:
     """(n, 4) factors of slots[i] for queries[i] and cur_pad[i] as a retrieval records them
-    (semantic, 0.995^hours, importance, emotional): `entry_factors` vectorised over entries,
-    operation for operation, so bit for bit equal to it."""
+    (semantic, 0.995^hours, importance, emotional): `entry_factors` over entries, operation for
+    operation, so bit for bit equal to it (one numba pass, `kernels.served_factors_batch`; the
+    queries are float32, as `retrieve` takes them)."""
     c = gr.cols
-    sem = semantic_dots(gr.emb[slots], queries)
-    temporal = _pow(prm.temporal_base, (now_ms - c["last_access_ms"][slots]) / HOUR_MS)
-    p, a, d = (c[k][slots].astype(np.float64) for k in "pad")
-    cp, ca, cd = cur_pad[:, 0], cur_pad[:, 1], cur_pad[:, 2]
-    # padm.pad_cosine_safe
-    dot = p * cp + a * ca + d * cd
-    emo = (dot / (np.maximum(np.sqrt(p * p + a * a + d * d), 1e-8) * np.maximum(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8))
-           + 1.0) / 2.0
-    if prm.charge_fading:
-        # padm.emotional_intensity_at, padm.charge, padm.faded_emotional_factor
-        i0 = c["i0"][slots].astype(np.float64)
-        h_ms = prm.half_life_days * 86_400_000.0
-        now_i = i0 * _pow(2.0, -(now_ms - c["created_ms"][slots]) / h_ms)
-        lr = c["last_react_ms"][slots]
-        boosted = c["reactivated"][slots] & (lr >= 0)
-        boost = np.zeros(slots.size)
-        boost[boosted] = prm.reactivation_boost * _pow(2.0, -(now_ms - lr[boosted]) / h_ms)
-        now_i = np.minimum(1.0, now_i + boost)
-        emo = 0.5 + (emo - 0.5) * np.minimum(1.0, np.maximum(0.0, now_i / np.maximum(i0, 1e-8)))
-    emo = np.where(c["has_tag"][slots], emo, 0.5)
-    return np.stack([sem, temporal, c["importance"][slots].astype(np.float64), emo], axis=1)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    return kernels.served_factors_batch(
+        slots, np.ascontiguousarray(queries, dtype=np.float32), np.ascontiguousarray(cur_pad, dtype=np.float64),
+        np.int64(now_ms), gr.emb, c["last_access_ms"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"],
+        c["last_react_ms"], c["reactivated"], c["has_tag"], c["importance"], prm.temporal_base,
+        prm.half_life_days * 86_400_000.0, prm.reactivation_boost, prm.charge_fading, 2.0,
+        np.empty((slots.size, 4)))
 
 
 def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams,

@@ -335,3 +335,60 @@ def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one
         assert got[name].dtype == c[name].dtype, name
         np.testing.assert_array_equal(got[name], c[name][safe], err_msg=name)
     np.testing.assert_array_equal(got["shadow_id"], c["id"][np.maximum(res.shadow, 0)])
+
+
+def test_served_factors_charge_with_a_reactivation_boost_by_hand():
+    """A charged tag whose own charge has faded, lifted by a reactivation (SPEC §2.6): i0 0.75
+    written 30 days ago (half-life 3 days: 0.75 * 2^-10 = 0.000732421875 left), reactivated 3 days
+    ago (boost 0.3 * 2^-1 = 0.15); the mood matches the tag (cosine 1, raw factor 1), so the
+    emotional factor is 0.5 + 0.5 * (0.150732421875 / 0.75) = 0.60048828125."""
+    gr = Grimoire(1, 4, 4)
+    c = gr.cols
+    gr.count[0] = 1
+    gr.emb[0] = [1, 0, 0, 0]
+    c["id"][0] = 0
+    c["has_tag"][0] = True
+    c["p"][0], c["a"][0], c["d"][0] = 1.0, 0.0, 0.0
+    c["i0"][0] = 0.75
+    c["created_ms"][0] = NOW - 30 * DAY_MS
+    c["last_access_ms"][0] = NOW - 10 * 3_600_000
+    c["reactivated"][0] = True
+    c["last_react_ms"][0] = NOW - 3 * DAY_MS
+    c["importance"][0] = 0.5
+    gr._stamp_unit_pad(np.arange(4))
+    prm = rt.RetrievalParams(half_life_days=3.0, reactivation_boost=0.3, charge_fading=True)
+    got = rt.served_factors(gr, np.array([0]), np.array([[1, 0, 0, 0]], np.float32), np.array([[1.0, 0.0, 0.0]]), NOW, prm)
+    assert got[0, 0] == 1.0
+    assert got[0, 1] == pytest.approx(0.995 ** 10, rel=1e-15)
+    assert got[0, 2] == 0.5
+    assert got[0, 3] == pytest.approx(0.60048828125, abs=1e-12)
+
+
+def test_served_factors_powers_of_two_are_pow_not_exp2():
+    """Charge decay is 2 ** x as the reference computes it (libm pow). Compiled with a constant 2,
+    pow(2, x) becomes exp2(x), which differs in the last bit for about 1 x in 1,000: found here by
+    search, then served as reactivation ages where that bit reaches the emotional factor (boost 1,
+    i0 1, the entry's own charge long gone, cosine 1: factor = 0.5 + 0.5 * 2 ** x)."""
+    h_ms = 3 * DAY_MS
+    ages = np.random.default_rng(0).integers(0, 5 * DAY_MS, 100_000).tolist()
+    ages = [a for a in ages if math.exp2(-a / h_ms) != 2.0 ** (-a / h_ms)][:64]
+    assert len(ages) == 64
+    n = len(ages)
+    gr = Grimoire(1, n, 4)
+    c = gr.cols
+    gr.count[0] = n
+    gr.emb[:] = [1, 0, 0, 0]
+    c["has_tag"][:] = True
+    c["p"][:] = 1.0
+    c["i0"][:] = 1.0
+    c["created_ms"][:] = NOW - 3000 * DAY_MS
+    c["reactivated"][:] = True
+    c["last_react_ms"][:] = NOW - np.array(ages)
+    gr._stamp_unit_pad(np.arange(n))
+    prm = rt.RetrievalParams(half_life_days=3.0, reactivation_boost=1.0, charge_fading=True)
+    q = np.tile(np.array([1, 0, 0, 0], np.float32), (n, 1))
+    pad = np.tile([1.0, 0.0, 0.0], (n, 1))
+    got = rt.served_factors(gr, np.arange(n), q, pad, NOW, prm)[:, 3]
+    want = np.array([rt.entry_factors(gr, s, q[s], (1.0, 0.0, 0.0), NOW, prm)[3] for s in range(n)])
+    np.testing.assert_array_equal(got, want)
+    assert (want != 0.5 + 0.5 * np.array([math.exp2(-a / h_ms) for a in ages])).any()   # the bit does reach it
