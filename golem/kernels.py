@@ -539,6 +539,24 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
 
 # ----------------------------------------------------------------------------- served entries
 @njit(cache=True, parallel=True, nogil=True)
+def served_valence(slots, has_tag, p):
+    """(tagged, valence) of each served cell: has_tag[slot] (False where slot is -1) and p[slot]
+    where tagged, else 0, in p's dtype: numpy's `served & has_tag[safe]` and `np.where(tagged,
+    p[safe], 0.0)` in one threaded pass (the first reads of the served entries after the scan are
+    cache misses; see `recall_served`)."""
+    b, k = slots.shape
+    tagged = np.empty((b, k), np.bool_)
+    val = np.empty((b, k), p.dtype)
+    for i in prange(b):
+        for r in range(k):
+            s = slots[i, r]
+            t = s >= 0 and has_tag[max(s, 0)]
+            tagged[i, r] = t
+            val[i, r] = p[s] if t else 0
+    return tagged, val
+
+
+@njit(cache=True, parallel=True, nogil=True)
 def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count, last_acted_ms,
                   ids, topic, has_outcome, confidence, outcome):
     """What a recall does to the served entries, and the columns `decide` reads of them.

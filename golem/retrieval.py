@@ -183,6 +183,12 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     return out
 
 
+def served_valence(gr: Grimoire, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which served cells hold a tagged entry, and its valence (p; 0 where untagged or empty), in
+    one threaded pass (`kernels.served_valence`)."""
+    return kernels.served_valence(np.ascontiguousarray(slots, dtype=np.int64), gr.cols["has_tag"], gr.cols["p"])
+
+
 #: the served entries' columns `recall` hands out (besides the shadow ranking's ids)
 SERVED_COLUMNS = ("id", "topic", "has_outcome", "confidence", "outcome", "access_count")
 

@@ -392,3 +392,20 @@ def test_served_factors_powers_of_two_are_pow_not_exp2():
     want = np.array([rt.entry_factors(gr, s, q[s], (1.0, 0.0, 0.0), NOW, prm)[3] for s in range(n)])
     np.testing.assert_array_equal(got, want)
     assert (want != 0.5 + 0.5 * np.array([math.exp2(-a / h_ms) for a in ages])).any()   # the bit does reach it
+
+
+@FAST
+@given(arenas(), params)
+def test_served_valence_is_the_numpy_expressions(arena, prm):
+    """served_valence = (served & has_tag[safe], np.where(tagged, p[safe], 0.0)), dtypes included."""
+    gr, q, pad = arena
+    c = gr.cols
+    res = rt.retrieve(gr, np.arange(gr.n_golems), q, pad, NOW, prm)
+    served = res.slots >= 0
+    safe = np.where(served, res.slots, 0)
+    want_tagged = served & c["has_tag"][safe]
+    want_val = np.where(want_tagged, c["p"][safe], 0.0)
+    tagged, val = rt.served_valence(gr, res.slots)
+    assert tagged.dtype == want_tagged.dtype and val.dtype == want_val.dtype
+    np.testing.assert_array_equal(tagged, want_tagged)
+    np.testing.assert_array_equal(val, want_val)
