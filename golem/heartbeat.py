@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from golem import appraisal, contrarian, dreams, flashbulb, mortality, reflex
+from golem import appraisal, contrarian, dreams, flashbulb, kernels, mortality, reflex
 from golem import curator as curatorm
 from golem import grimoire as gm
 from golem import retrieval as rt
@@ -188,16 +188,8 @@ class Mind:
         """Confidence propagation (SPEC §3.4) for the entries that drove the last decision:
         +0.10 when the market moved as they said, -0.20 when it moved against them."""
         pop, c, cf = self.pop, self.gr.cols, self.cfg.confidence
-        slots = pop.drove[ix]
-        signs = pop.drove_sign[ix].astype(np.int64)
-        live = (slots >= 0) & (signs != 0) & (sgn[:, None] != 0)
-        s = slots[live]
-        if s.size:
-            still = c["id"][s] >= 0
-            agree = (signs[live] == np.broadcast_to(sgn[:, None], slots.shape)[live])
-            delta = np.where(agree, cf.validation, -cf.contradiction)[still]
-            ss = s[still]                                 # distinct slots (see rt.recall)
-            c["confidence"][ss] = np.clip(c["confidence"][ss] + delta.astype(np.float32), 0.0, 1.0)
+        kernels.validate_drivers(pop.drove[ix], pop.drove_sign[ix], np.ascontiguousarray(sgn, dtype=np.int64), c["id"],
+                                 c["confidence"], cf.validation, cf.contradiction)
         pop.drove[ix] = -1
 
     # ------------------------------------------------------------------ DECIDING

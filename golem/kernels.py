@@ -538,6 +538,25 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
 
 
 # ----------------------------------------------------------------------------- served entries
+@njit(cache=True, nogil=True)
+def validate_drivers(drove, drove_sign, sgn, ids, confidence, up, down):
+    """Confidence propagation for the entries that drove each Golem's last decision (row i of
+    `drove`, slots or -1, with the sign each predicted): where both the prediction and the market's
+    move `sgn[i]` are non-zero and the entry still exists, confidence + up if they agree, - down if
+    not, clipped to [0, 1] in float32 (the numpy expression's arithmetic: float32 column + float32
+    delta, then clip). A row's slots are distinct and slabs are per Golem, so each entry changes once."""
+    up32, down32 = np.float32(up), np.float32(-down)
+    for i in range(drove.shape[0]):
+        if sgn[i] == 0:
+            continue
+        for r in range(drove.shape[1]):
+            s = drove[i, r]
+            if s < 0 or drove_sign[i, r] == 0 or ids[s] < 0:
+                continue
+            x = confidence[s] + (up32 if drove_sign[i, r] == sgn[i] else down32)
+            confidence[s] = min(max(x, np.float32(0.0)), np.float32(1.0))
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def served_valence(slots, has_tag, p):
     """(tagged, valence) of each served cell: has_tag[slot] (False where slot is -1) and p[slot]

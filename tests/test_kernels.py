@@ -409,3 +409,32 @@ def test_served_valence_is_the_numpy_expressions(arena, prm):
     assert tagged.dtype == want_tagged.dtype and val.dtype == want_val.dtype
     np.testing.assert_array_equal(tagged, want_tagged)
     np.testing.assert_array_equal(val, want_val)
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.integers(1, 8))
+def test_validate_drivers_is_the_numpy_update(seed, golems, k):
+    """Confidence propagation in one pass = the numpy expression it replaced: +0.1 / -0.2 (float32)
+    for live drivers of moved markets, clipped to [0, 1]; removed entries, flat predictions and flat
+    markets untouched."""
+    rng = np.random.default_rng(seed)
+    cap = 16
+    n = golems * cap
+    ids = np.where(rng.uniform(size=n) < 0.1, -1, np.arange(n))
+    conf = rng.choice([0.0, 0.05, 0.15, 0.5, 0.95, 1.0], n).astype(np.float32)
+    drove = np.full((golems, k), -1, np.int64)
+    for g in range(golems):
+        m = int(rng.integers(0, k + 1))
+        drove[g, :m] = g * cap + rng.choice(cap, m, replace=False)
+    drove_sign = rng.integers(-1, 2, (golems, k)).astype(np.int8)
+    sgn = rng.integers(-1, 2, golems)
+    want = conf.copy()
+    signs = drove_sign.astype(np.int64)
+    live = (drove >= 0) & (signs != 0) & (sgn[:, None] != 0)
+    s = drove[live]
+    still = ids[s] >= 0
+    agree = signs[live] == np.broadcast_to(sgn[:, None], drove.shape)[live]
+    delta = np.where(agree, 0.1, -0.2)[still]
+    want[s[still]] = np.clip(want[s[still]] + delta.astype(np.float32), 0.0, 1.0)
+    kernels.validate_drivers(drove, drove_sign, sgn, ids, conf, 0.1, 0.2)
+    np.testing.assert_array_equal(conf, want)
