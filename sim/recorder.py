@@ -142,6 +142,33 @@ class Deferred:
         return self.n
 
 
+class _Growing:
+    """One flush interval of a numeric column, copied into one buffer as its chunks come.
+
+    The writer thread then gets one array per column instead of a list of small chunks to
+    concatenate, and np.concatenate holds the GIL for all its copying (0.55 ms per 1,000-Golem
+    tick at capacity 1,024), which stalled the mind on the simulation thread; the copy here is
+    the same bytes, on the thread that produced them, without waiting for anyone."""
+
+    __slots__ = ("data", "n")
+
+    def __init__(self, dtype, capacity: int):
+        self.data = np.empty(max(int(capacity), 1024), dtype=dtype)
+        self.n = 0
+
+    def append(self, a: np.ndarray) -> None:
+        m = self.n + len(a)
+        if m > self.data.size:
+            grown = np.empty(max(m, 2 * self.data.size), dtype=self.data.dtype)
+            grown[:self.n] = self.data[:self.n]
+            self.data = grown
+        self.data[self.n:m] = a
+        self.n = m
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class Recorder:
     """Buffers rows per table as column chunks and writes a part file per flush.
 
@@ -155,6 +182,7 @@ class Recorder:
         self.part = part_start
         self.rows = {t: 0 for t in TABLES}
         self._writing: list[Future] = []
+        self._sizes: dict[tuple[str, str], int] = {}     # rows of each numeric column at the last flush
         for t in TABLES:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
 
@@ -167,8 +195,16 @@ class Recorder:
             raise ValueError(f"{table}: columns of different lengths {sorted(n)}")
         n = n.pop()
         if n:
-            for col, c in zip(self.buf[table].values(), chunks):
-                col.append(c)
+            for name, c in zip(self.buf[table], chunks):
+                col = self.buf[table][name]
+                if isinstance(c, np.ndarray) and c.ndim == 1 and c.dtype != object:
+                    last = col[-1] if col else None
+                    if not (isinstance(last, _Growing) and last.data.dtype == c.dtype):
+                        last = _Growing(c.dtype, self._sizes.get((table, name), 0) * 9 // 8)
+                        col.append(last)
+                    last.append(c)
+                else:
+                    col.append(c)
             self.buffered[table] += n
 
     def pending(self) -> int:
@@ -189,6 +225,11 @@ class Recorder:
             if not self.buffered[table]:
                 continue
             path = self.dir / table / f"part-{self.part:05d}.parquet"
+            for name, chunks in cols.items():
+                grown = [c for c in chunks if isinstance(c, _Growing)]
+                if grown:
+                    self._sizes[(table, name)] = max(g.n for g in grown)
+                    cols[name] = [c.data[:c.n] if isinstance(c, _Growing) else c for c in chunks]
             if background:
                 self._writing.append(_WRITER.submit(_build_and_write, path, table, cols))
             else:
@@ -281,7 +322,7 @@ def _column(chunks: list, dtype: pa.DataType) -> pa.Array:
     if kind[0] == "deferred":
         return pa.concat_arrays([c.build().cast(dtype) for c in chunks])
     if kind[0] == "numpy":
-        return pa.array(np.concatenate(chunks), type=dtype, from_pandas=True)
+        return pa.array(chunks[0] if len(chunks) == 1 else np.concatenate(chunks), type=dtype, from_pandas=True)
     return pa.array([x for c in chunks for x in _py(c)], type=dtype, from_pandas=True)
 
 

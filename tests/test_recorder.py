@@ -53,6 +53,32 @@ def test_chunks_of_any_kind_write_the_bytes_of_per_add_conversion(tmp_path, time
     assert (tmp_path / "events" / "part-00000.parquet").read_bytes() == _reference(adds)
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_many_number_chunks_write_the_bytes_of_per_add_conversion(tmp_path_factory, seed):
+    """Numeric chunks are copied into one growing buffer per column and flush interval (past its
+    first capacity, across dtype switches, sized from the previous flush): the parts are still the
+    bytes of converting every add, flush after flush."""
+    rng = np.random.default_rng(seed)
+    tmp = tmp_path_factory.mktemp("many")
+    rec = Recorder(tmp)
+    for part in range(2):
+        adds = []
+        for _ in range(int(rng.integers(1, 200))):
+            n = int(rng.integers(0, 40))
+            value = rng.standard_normal(n)
+            value[rng.uniform(size=n) < 0.1] = np.nan
+            wide = rng.uniform() < 0.8
+            adds.append(_events(np.sort(rng.integers(0, 10**6, n)), Names(KINDS, rng.integers(0, 3, n)), value,
+                                ints=np.int64 if wide else np.int32))
+            # an int64 chunk after int32 ones (tick is int64 in the table) must not be narrowed
+            adds[-1]["tick"] = np.arange(n, dtype=np.int64) + 2**40 if wide else np.arange(n, dtype=np.int32)
+            rec.add("events", adds[-1])
+        rec.flush(background=bool(part))
+        rec.sync()
+        assert (tmp / "events" / f"part-{part:05d}.parquet").read_bytes() == _reference([a for a in adds if len(a["tick"])])
+
+
 def test_flush_sorts_stably(tmp_path):
     rec = Recorder(tmp_path)
     rec.add("events", _events([3, 1, 3], Names(KINDS, [0, 0, 0]), np.array([0.0, 1.0, 2.0])))
