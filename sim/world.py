@@ -6,6 +6,7 @@ is one batched call into the mind; only messages between siblings are individual
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 from dataclasses import dataclass, field
@@ -43,8 +44,10 @@ def _strings(a) -> pa.Array:
     return pa.array(a, type=pa.string(), from_pandas=True)
 
 
+@functools.lru_cache(maxsize=8)
 def _empty_lists(n: int) -> pa.Array:
-    """n empty list<int64> cells (no Python list per row)."""
+    """n empty list<int64> cells (no Python list per row); Arrow arrays are immutable, so the
+    cohort's one size is built once."""
     return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], type=pa.int64()))
 
 
