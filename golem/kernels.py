@@ -536,7 +536,6 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
                         out_slots, out_scores, out_factors, out_shadow, out_pool)
 
 
-
 # ----------------------------------------------------------------------------- served entries
 @njit(cache=True, nogil=True)
 def validate_drivers(drove, drove_sign, sgn, ids, confidence, up, down):
