@@ -160,7 +160,7 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         "capacity": capacity, "duration": duration or "10d", "record": record, "golems": int(world.pop.n),
         "golem_ticks": ticks, "cohort_ticks": cohort_ticks, "run_s": run_s, "setup_s": total - run_s,
         "golem_ticks_per_s": ticks / run_s, "s_per_cohort_tick": run_s / max(cohort_ticks, 1),
-        "phases_s": phase_s, "phases_cpu_s": dict(timer.cpu),
+        "phases_s": phase_s, "phases_cpu_s": dict(timer.cpu) if phases else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_before_mb": rss0 / 1024, "bytes_per_entry": world.gr.bytes_per_entry(), "dim": world.gr.dim,
         "run_dir": str(out),
