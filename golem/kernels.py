@@ -306,7 +306,7 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
                     has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
                     weights, temporal_base, half_life_ms, react_boost, charge_fading,
                     k, sal_cap, min_conf, live,
-                    out_slots, out_scores, out_factors, out_shadow, out_pool):
+                    out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
     """Row gi of a batch: Golem golems[gi]'s slab scored against queries[gi] (see the module doc)."""
     d = queries.shape[1]
     dm = d - d % LANES
@@ -491,6 +491,13 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
                 if sh > t3:
                     _insert(sh_s, sh_v, k, s0 + j, sh)
                     t3 = sh_v[k - 1]
+    # the served entries' tags and valences, read while the slab's columns are still in cache
+    # (read after the scan, they are cache misses; see `served_valence`)
+    for r in range(k):
+        s = top_s[r]
+        tg = s >= 0 and has_tag[max(s, 0)]
+        out_tagged[gi, r] = tg
+        out_val[gi, r] = p_tag[s] if tg else 0
     out_pool[gi, POOL_N] = n_el
     out_pool[gi, POOL_SUM_EMO] = sum_emo
     out_pool[gi, POOL_SUM_VAL] = sum_val
@@ -504,7 +511,7 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                    has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
                    weights, temporal_base, half_life_ms, react_boost, charge_fading,
                    k, sal_cap, min_conf, live,
-                   out_slots, out_scores, out_factors, out_shadow, out_pool):
+                   out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
     """Four-factor retrieval for a batch of Golems, one after the other (see the module doc)."""
     for gi in range(golems.size):
         _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
@@ -512,7 +519,7 @@ def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                         has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
                         weights, temporal_base, half_life_ms, react_boost, charge_fading,
                         k, sal_cap, min_conf, live,
-                        out_slots, out_scores, out_factors, out_shadow, out_pool)
+                        out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
 
 
 @njit(cache=True, error_model="numpy", parallel=True)
@@ -521,7 +528,7 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
                             has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
                             weights, temporal_base, half_life_ms, react_boost, charge_fading,
                             k, sal_cap, min_conf, live,
-                            out_slots, out_scores, out_factors, out_shadow, out_pool):
+                            out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
     """`retrieve_batch` with the Golems spread over numba's threads (NUMBA_NUM_THREADS).
 
     Each Golem reads only its slab and writes only its own output rows, so the result is the
@@ -533,7 +540,7 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
                         has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
                         weights, temporal_base, half_life_ms, react_boost, charge_fading,
                         k, sal_cap, min_conf, live,
-                        out_slots, out_scores, out_factors, out_shadow, out_pool)
+                        out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
 
 
 # ----------------------------------------------------------------------------- served entries

@@ -139,13 +139,19 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
 
 @dataclass
 class RetrievalResult:
-    """Per-Golem arrays for one batched retrieval (b Golems x k slots; slot -1 = empty)."""
+    """Per-Golem arrays for one batched retrieval (b Golems x k slots; slot -1 = empty).
+
+    `tagged` and `valence` are `served_valence(gr, slots)` where the retrieval gives them (the
+    fused kernel reads them at the end of each Golem's scan, while they are in cache); None from
+    the other profiles."""
 
     slots: np.ndarray
     scores: np.ndarray
     factors: np.ndarray
     shadow: np.ndarray
     pool: np.ndarray
+    tagged: np.ndarray | None = None
+    valence: np.ndarray | None = None
 
 
 #: a batch scanning at least this many entries runs its Golems on numba's threads
@@ -165,9 +171,10 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     b = golems.size
     k = k or prm.top_k
     vs = np.zeros(b, dtype=np.int8) if valence_sign is None else np.asarray(valence_sign, dtype=np.int8)
-    out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf),
-                          np.full((b, k, 4), np.nan), np.full((b, k), -1, np.int64), np.zeros((b, 5)))
     c = gr.cols
+    out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf),
+                          np.full((b, k, 4), np.nan), np.full((b, k), -1, np.int64), np.zeros((b, 5)),
+                          np.empty((b, k), dtype=bool), np.empty((b, k), dtype=c["p"].dtype))
     kernel = kernels.retrieve_batch
     if b > 1 and numba.get_num_threads() > 1 and int(gr.count[golems].sum()) >= PARALLEL_MIN_ENTRIES:
         kernel = kernels.retrieve_batch_parallel   # same result bit for bit, Golems over threads
@@ -179,7 +186,7 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
         c["reactivated"], c["last_react_ms"], np.asarray(prm.weights, dtype=np.float64),
         prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, prm.charge_fading,
         k, prm.salience_cap, min_conf, prm.live,
-        out.slots, out.scores, out.factors, out.shadow, out.pool)
+        out.slots, out.scores, out.factors, out.shadow, out.pool, out.tagged, out.valence)
     return out
 
 

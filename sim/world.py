@@ -24,7 +24,7 @@ from golem.heartbeat import STATE_PATHS, EventBatch, Mind, Observation, TickOutp
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
-from sim.recorder import Deferred, Lists, Names, join_strings, json_floats, json_ints, json_strings
+from sim.recorder import Deferred, Lists, Names, join_strings, json_floats, json_ints, json_strings, signed_fixed2
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
 
@@ -314,16 +314,27 @@ class World:
         if not self.cfg.clade.enabled:
             return
         arrivals: dict[float, list[tuple]] = {}
+        members: dict[int, np.ndarray] = {}   # living members of each Clade (no one dies in here)
+        sent = []
         for push in pushes:
             sender = push["sender"]
             cl = int(self.pop.clade[sender])
-            sibs = np.flatnonzero((self.pop.clade == cl) & self.pop.alive)
-            sibs = sibs[sibs != sender]
-            if sibs.size == 0:
-                continue
+            if cl not in members:
+                members[cl] = np.flatnonzero((self.pop.clade == cl) & self.pop.alive)
+            sibs = members[cl][members[cl] != sender]
+            if sibs.size:
+                sent.append((push, cl, sibs))
+        if not sent:
+            return
+        # every receiver's jitter draw at once: the draws are elementwise (counter-based), so
+        # one call gives each (receiver, entry) pair the same number as a call per push
+        sizes = [sibs.size for _, _, sibs in sent]
+        u_all = hash_uniform_array(self.seed, np.concatenate([sibs for _, _, sibs in sent]),
+                                   np.repeat([push["entry_id"] for push, _, _ in sent], sizes), 11)
+        for (push, cl, sibs), u in zip(sent, np.split(u_all, np.cumsum(sizes)[:-1])):
+            sender = push["sender"]
             entry = cladem.capture(self.gr, push["slot"])
             lat, jit = self.latency[cl]
-            u = hash_uniform_array(self.seed, sibs, push["entry_id"], 11)
             delays = np.maximum(lat + jit * u, 0.001)
             self.stats.pushes += 1
             times = self.env.now + delays
@@ -453,21 +464,19 @@ class World:
             return
         assets = self.tape.assets
         topic = pa.array(e["topic_name"], type=pa.string())
-        # "<kind> <topic>", joined by Arrow on the writer thread; entries with an outcome append it,
-        # formatted by Python here
+        # "<kind> <topic>", and for entries with an outcome "<kind> <topic>: outcome <+0.00>",
+        # assembled by Arrow on the writer thread
         kind = Names(KINDS, e["kind"])
         ho = np.asarray(e["has_outcome"], dtype=bool)
-        told = None
-        if ho.any():
-            idx = np.flatnonzero(ho)
-            told = np.full(n, None, dtype=object)
-            told[idx] = [f"{KINDS[k]} {t}: outcome {o:+.2f}" for k, t, o in
-                         zip(e["kind"][idx].tolist(), e["topic_name"][idx].tolist(), e["outcome"][idx].tolist())]
-            told = pa.array(told, type=pa.string())
+        idx = np.flatnonzero(ho)
+        outcome = np.asarray(e["outcome"])[idx]      # a copy: the writer reads it later
 
         def content():
             joined = join_strings(kind, " ", topic)
-            return joined if told is None else pc.if_else(pa.array(ho), told, joined)
+            if idx.size == 0:
+                return joined
+            told = join_strings(Names(KINDS, kind.codes[idx]), " ", topic.take(idx), ": outcome ", signed_fixed2(outcome))
+            return pc.replace_with_mask(joined, pa.array(ho), told)
         self.rec.add("entries", dict(
             id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
             tick=e["tick"], category=Names(gm.CATEGORIES, e["category"]), topic=topic,

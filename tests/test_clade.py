@@ -8,6 +8,7 @@ import pytest
 from conftest import events, payloads, run_scenario, table
 from golem import clade
 from golem.pad import apply_contagion, arousal_encoding_factor
+from golem.rng import uniform
 
 H = 3_600_000
 
@@ -41,6 +42,12 @@ def test_delivery_after_latency_to_siblings_only(panic_run):
         assert base <= p["latency_ms"] <= base + jit                  # never instant, within the jitter
         assert t == created[p["sender_entry"]] + p["latency_ms"]      # delivered at send time + latency
     assert sent.height > 0
+    # each (receiver, entry) pair's own counter-based jitter draw, however the pushes were batched
+    world = panic_run.world
+    u = uniform(world.seed, ev["golem_id"].to_numpy(), np.array([p["sender_entry"] for p in ps]), 11)
+    base_s, jit_s = np.array([world.latency[g] for g in ev["clade_id"]]).T
+    assert [p["latency_ms"] for p in ps] == np.rint(np.maximum(base_s + jit_s * u, 0.001) * 1000).astype(int).tolist()
+    assert len(set(u.tolist())) > 10
 
 
 def test_siblings_feel_the_exploit_before_their_probes_fire(panic_run):

@@ -45,6 +45,16 @@ def test_tables_have_fixed_schemas_and_a_manifest(flash_run):
     assert (run / "log.jsonl").read_text().count("run_complete") == 1
 
 
+def test_entry_content_names_kind_topic_and_outcome(flash_run):
+    """`content` is "<kind> <topic>", with ": outcome <%+.2f>" for entries that have an outcome
+    (Arrow assembles it on the writer thread; here Python formats it from the row's own columns)."""
+    e = table(flash_run.run_dir, "entries")
+    assert e["has_outcome"].sum() > 50 and (~e["has_outcome"]).sum() > 50
+    want = [f"{k} {t}: outcome {o:+.2f}" if h else f"{k} {t}"
+            for k, t, o, h in zip(e["kind"], e["topic"], e["outcome"], e["has_outcome"])]
+    assert e["content"].to_list() == want
+
+
 def test_one_heartbeat_per_golem_tick_in_order(flash_run):
     h = table(flash_run.run_dir, "heartbeats")
     n_golems = 14

@@ -271,7 +271,8 @@ def test_parallel_kernel_is_the_serial_kernel():
     finally:
         numba.set_num_threads(threads)
     many = rt.retrieve(gr, golems, q, pad, NOW, prm)
-    out = [np.empty_like(x) for x in (one.slots, one.scores, one.factors, one.shadow, one.pool)]
+    names = ("slots", "scores", "factors", "shadow", "pool", "tagged", "valence")
+    out = [np.empty_like(getattr(one, name)) for name in names]
     for a in out:
         a.fill(0)
     args = (golems, gr.count, gr.capacity, q, pad, np.zeros(golems.size, np.int8), np.int64(NOW), c["id"], gr.emb,
@@ -280,7 +281,7 @@ def test_parallel_kernel_is_the_serial_kernel():
             c["last_react_ms"], np.asarray(prm.weights), prm.temporal_base, prm.half_life_days * DAY_MS,
             prm.reactivation_boost, prm.charge_fading, prm.top_k, prm.salience_cap, 0.0, prm.live, *out)
     kernels.retrieve_batch_parallel(*args)        # whatever retrieve() chose, run the parallel one too
-    for name, par in zip(("slots", "scores", "factors", "shadow", "pool"), out):
+    for name, par in zip(names, out):
         np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
         np.testing.assert_array_equal(getattr(one, name), par)
 
@@ -397,7 +398,8 @@ def test_served_factors_powers_of_two_are_pow_not_exp2():
 @FAST
 @given(arenas(), params)
 def test_served_valence_is_the_numpy_expressions(arena, prm):
-    """served_valence = (served & has_tag[safe], np.where(tagged, p[safe], 0.0)), dtypes included."""
+    """served_valence = (served & has_tag[safe], np.where(tagged, p[safe], 0.0)), dtypes included;
+    and the kernel's own copy of it (read at the end of each Golem's scan) is the same."""
     gr, q, pad = arena
     c = gr.cols
     res = rt.retrieve(gr, np.arange(gr.n_golems), q, pad, NOW, prm)
@@ -405,10 +407,10 @@ def test_served_valence_is_the_numpy_expressions(arena, prm):
     safe = np.where(served, res.slots, 0)
     want_tagged = served & c["has_tag"][safe]
     want_val = np.where(want_tagged, c["p"][safe], 0.0)
-    tagged, val = rt.served_valence(gr, res.slots)
-    assert tagged.dtype == want_tagged.dtype and val.dtype == want_val.dtype
-    np.testing.assert_array_equal(tagged, want_tagged)
-    np.testing.assert_array_equal(val, want_val)
+    for tagged, val in (rt.served_valence(gr, res.slots), (res.tagged, res.valence)):
+        assert tagged.dtype == want_tagged.dtype and val.dtype == want_val.dtype
+        np.testing.assert_array_equal(tagged, want_tagged)
+        np.testing.assert_array_equal(val, want_val)
 
 
 @FAST

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.recorder import (SCHEMAS, SORT_KEYS, Deferred, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
-                          json_strings, list_column, read_table, write_options)
+                          json_strings, list_column, read_table, signed_fixed2, write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
 
@@ -127,6 +127,16 @@ EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10
                 max_size=40))
 def test_json_floats_are_what_json_writes(xs):
     assert json_floats(np.array(xs, dtype=np.float64)).to_pylist() == [json.dumps(x) for x in xs]
+
+
+TIES = [k / 200 for k in range(-400, 401)] + [k / 8 for k in range(-40, 41)]   # x.xx5 halves, exact eighths
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.floats(-2, 2) | st.floats(-2, 2, width=32)
+                | st.sampled_from(EDGE_FLOATS + TIES), max_size=40))
+def test_signed_fixed2_is_what_python_writes(xs):
+    assert signed_fixed2(np.array(xs, dtype=np.float64)).to_pylist() == [f"{x:+.2f}" for x in xs]
 
 
 def test_json_strings_ints_and_joins():
