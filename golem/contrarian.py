@@ -11,8 +11,9 @@ import numpy as np
 from golem import retrieval as rt
 
 
-def pass_(mind, ix: np.ndarray, query: np.ndarray, pad: np.ndarray, now_ms: int) -> list[dict]:
-    """Run the contrarian query for Golems ix; stores their overlooked sections, returns event payloads."""
+def pass_(mind, ix: np.ndarray, query: np.ndarray, pad: np.ndarray, now_ms: int) -> dict:
+    """Run the contrarian query for Golems ix; stores their overlooked sections, returns the
+    event payloads as columns (a list or array per key, one row per Golem)."""
     cfg, pop, gr = mind.cfg, mind.pop, mind.gr
     flipped = pad.copy()
     flipped[:, 0] = -flipped[:, 0]
@@ -21,12 +22,10 @@ def pass_(mind, ix: np.ndarray, query: np.ndarray, pad: np.ndarray, now_ms: int)
                       min_conf=cfg.contrarian.min_confidence, valence_sign=sign)
     pop.contrarian_pending[ix] = res.slots
     pop.contrarian_from[ix] = pop.tick[ix]
-    out = []
-    for i in range(ix.size):
-        s = res.slots[i][res.slots[i] >= 0]
-        out.append({"ids": [int(x) for x in gr.cols["id"][s]], "mood_p": float(pad[i, 0]), "valence_sign": int(sign[i]),
-                    "pool_n": int(res.pool[i, 0])})
-    return out
+    found = res.slots >= 0
+    ids = gr.cols["id"][np.maximum(res.slots, 0)]
+    return {"ids": [row[keep].tolist() for row, keep in zip(ids, found)], "mood_p": pad[:, 0].astype(np.float64),
+            "valence_sign": sign.astype(np.int64), "pool_n": res.pool[:, 0].astype(np.int64)}
 
 
 def weigh(mind, ix: np.ndarray, slots_served: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

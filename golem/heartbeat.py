@@ -50,8 +50,12 @@ class Observation:
 
 @dataclass
 class EventBatch:
-    """Events of one kind for many Golems at once, as columns (no payload, no other Golem): an
-    item of `TickOutput.events` beside single-event dicts, recorded in its place in that list."""
+    """Events of one kind for many Golems at once, as columns (no other Golem): an item of
+    `TickOutput.events` beside single-event dicts, recorded in its place in that list.
+
+    `payload`, when given, holds the rows' payload objects as columns: key -> an array of one
+    number or bool per row, or a list of one list of ints per row. Each row is recorded as the
+    JSON a dict event's payload of those values would be."""
     time_ms: int
     kind: str
     golem_id: np.ndarray
@@ -59,6 +63,7 @@ class EventBatch:
     tick: np.ndarray
     entry_id: np.ndarray
     value: np.ndarray
+    payload: dict | None = None
 
     def __len__(self) -> int:
         return self.golem_id.size
@@ -629,19 +634,26 @@ class Mind:
         nth = pop.tick[ix] + 1
         if cfg.curator.enabled:
             due = ix[nth % cfg.curator.every_ticks == 0]
-            for g, figures in zip(due, curatorm.passes(self, due, obs.now_ms)):
-                out.events.append(self._event(obs.now_ms, int(g), "curator", value=figures["valence_correction"],
-                                              payload=figures))
-                for eid in figures["reflex_proposals"]:
-                    out.events.append(self._event(obs.now_ms, int(g), "reflex_proposal", entry_id=eid,
-                                                  payload={"applied": figures["reflex_applied"]}))
+            if due.size:
+                # one curator row per Golem, each followed by its reflex proposals: a batch of
+                # curator rows up to each Golem that has some
+                figs = curatorm.pass_columns(self, due, obs.now_ms)
+                props, lo = figs["reflex_proposals"], 0
+                for i in range(due.size):
+                    if props[i] or i == due.size - 1:
+                        out.events.append(self._events(obs.now_ms, due[lo:i + 1], "curator", -1,
+                                                       figs["valence_correction"][lo:i + 1],
+                                                       payload={k: v[lo:i + 1] for k, v in figs.items()}))
+                        for eid in props[i]:
+                            out.events.append(self._event(obs.now_ms, int(due[i]), "reflex_proposal", entry_id=eid,
+                                                          payload={"applied": bool(figs["reflex_applied"][i])}))
+                        lo = i + 1
         if cfg.contrarian.enabled:
             due = nth % cfg.contrarian.every_ticks == 0
             if due.any():
-                rows = contrarian.pass_(self, ix[due], query[due], pop.pad[ix[due]], obs.now_ms)
-                for g, payload in zip(ix[due], rows):
-                    out.events.append(self._event(obs.now_ms, int(g), "contrarian", value=float(len(payload["ids"])),
-                                                  payload=payload))
+                figs = contrarian.pass_(self, ix[due], query[due], pop.pad[ix[due]], obs.now_ms)
+                out.events.append(self._events(obs.now_ms, ix[due], "contrarian", -1,
+                                               [float(len(ids)) for ids in figs["ids"]], payload=figs))
 
     def _heartbeat_rows(self, out, ix, obs, path, s, dd, ac, rf, v, phase) -> None:
         pop = self.pop
@@ -708,12 +720,13 @@ class Mind:
                     tick=int(self.pop.tick[golem]) if golem >= 0 else -1, entry_id=entry_id, other_golem=other,
                     value=value, payload=payload or {})
 
-    def _events(self, now_ms: int, golems: np.ndarray, kind: str, entry_ids: np.ndarray, values: np.ndarray) -> EventBatch:
-        """`_event` rows for many Golems at once (without payload), as columns."""
+    def _events(self, now_ms: int, golems: np.ndarray, kind: str, entry_ids, values, payload: dict | None = None) -> EventBatch:
+        """`_event` rows for many Golems at once, as columns (`payload`: see EventBatch)."""
         golems = np.asarray(golems, dtype=np.int64)
         return EventBatch(time_ms=now_ms, kind=kind, golem_id=golems, clade_id=self.pop.clade[golems].astype(np.int64),
-                          tick=self.pop.tick[golems].astype(np.int64), entry_id=np.asarray(entry_ids, dtype=np.int64),
-                          value=np.asarray(values, dtype=np.float64))
+                          tick=self.pop.tick[golems].astype(np.int64),
+                          entry_id=np.broadcast_to(np.asarray(entry_ids, dtype=np.int64), golems.shape),
+                          value=np.asarray(values, dtype=np.float64), payload=payload)
 
 
 def _sel(common: dict, mask) -> dict:

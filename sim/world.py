@@ -24,7 +24,8 @@ from golem.heartbeat import STATE_PATHS, EventBatch, Mind, Observation, TickOutp
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
-from sim.recorder import Deferred, Lists, Names, join_strings, json_floats, json_ints, json_strings, signed_fixed2
+from sim.recorder import (Deferred, Lists, Names, join_strings, json_floats, json_int_lists, json_ints, json_objects,
+                          json_strings, signed_fixed2)
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
 
@@ -522,9 +523,17 @@ class World:
 
     def _record_event_batch(self, b: EventBatch) -> None:
         n = len(b)
-        if n:
-            self._record_event_columns(b.time_ms, b.kind, b.golem_id, b.clade_id, b.tick, b.entry_id,
-                                       np.full(n, -1, dtype=np.int64), b.value, pa.repeat(pa.scalar("{}", pa.string()), n))
+        if not n:
+            return
+        if b.payload:
+            # lists of ints become JSON text here (Python); the objects are assembled by Arrow on
+            # the writer thread, the same text `_payload_json` writes for the dicts
+            cols = {k: json_int_lists(v) if isinstance(v, list) else np.asarray(v) for k, v in b.payload.items()}
+            payload = Deferred(lambda: json_objects(cols), n)
+        else:
+            payload = pa.repeat(pa.scalar("{}", pa.string()), n)
+        self._record_event_columns(b.time_ms, b.kind, b.golem_id, b.clade_id, b.tick, b.entry_id,
+                                   np.full(n, -1, dtype=np.int64), b.value, payload)
 
     def _record_contagion(self, c: dict) -> None:
         """`contagion` events from clade.receive's columns; the payload JSON is assembled by Arrow

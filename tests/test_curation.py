@@ -1,6 +1,8 @@
 """Curator, contrarian pass, dreams and the reflex lane (issue 4)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 import pytest
@@ -254,6 +256,16 @@ market:
     auto = run_scenario(s, tmp_path / "auto", sets=["reflex.promotion_min=2", "reflex.promotion=auto"])
     props = events(manual.run_dir, "reflex_proposal")
     assert props.height > 0 and not any(p["applied"] for p in payloads(props))
+    # each curator row is followed by its Golem's proposals, in the order its payload lists them
+    ev = events(manual.run_dir).sort("seq")
+    rows = list(zip(ev["kind"], ev["golem_id"], ev["entry_id"], ev["payload"]))
+    listed = 0
+    for i, (kind, g, _, text) in enumerate(rows):
+        if kind == "curator":
+            want = json.loads(text)["reflex_proposals"]
+            listed += len(want)
+            assert [r[:3] for r in rows[i + 1:i + 1 + len(want)]] == [("reflex_proposal", g, e) for e in want]
+    assert listed == props.height
     assert events(manual.run_dir, "reflex").height == 0                 # proposals only recorded
     fired = events(auto.run_dir, "reflex")
     assert fired.height > 0

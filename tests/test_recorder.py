@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.recorder import (SCHEMAS, SORT_KEYS, Deferred, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
-                          json_strings, list_column, read_table, signed_fixed2, write_options)
+                          json_int_lists, json_objects, json_strings, list_column, read_table, signed_fixed2,
+                          write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
 
@@ -137,6 +138,23 @@ TIES = [k / 200 for k in range(-400, 401)] + [k / 8 for k in range(-40, 41)]   #
                 | st.sampled_from(EDGE_FLOATS + TIES), max_size=40))
 def test_signed_fixed2_is_what_python_writes(xs):
     assert signed_fixed2(np.array(xs, dtype=np.float64)).to_pylist() == [f"{x:+.2f}" for x in xs]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n: st.tuples(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(EDGE_FLOATS), min_size=n, max_size=n),
+    st.lists(st.integers(-2**62, 2**62), min_size=n, max_size=n), st.lists(st.booleans(), min_size=n, max_size=n),
+    st.lists(st.lists(st.integers(-1, 2**40), max_size=4), min_size=n, max_size=n))))
+def test_json_objects_are_what_json_writes_for_the_dicts(cols):
+    """Payload columns (as a curator or contrarian batch gives them) -> the JSON text of each row's
+    dict, as the event-dict path writes it (json.dumps, sort_keys)."""
+    from sim.world import _payload_json
+    floats, ints, bools, lists = cols
+    got = json_objects({"mood_p": np.array(floats), "pool_n": np.array(ints, dtype=np.int64),
+                        "balance": np.array(bools), "ids": json_int_lists(lists), "a_first": np.array(ints) % 7})
+    want = [_payload_json({"mood_p": f, "pool_n": i, "balance": b, "ids": ids, "a_first": i % 7})
+            for f, i, b, ids in zip(floats, ints, bools, lists)]
+    assert got.to_pylist() == want
 
 
 def test_json_strings_ints_and_joins():
