@@ -24,7 +24,7 @@ from golem.heartbeat import STATE_PATHS, EventBatch, Mind, Observation, TickOutp
 from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
-from sim.recorder import (Deferred, Lists, Names, join_strings, json_floats, json_int_lists, json_ints, json_objects,
+from sim.recorder import (Formatted, Lists, Names, join_strings, json_floats, json_int_lists, json_ints, json_objects,
                           json_strings, signed_fixed2)
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
@@ -32,6 +32,32 @@ from sim.scenario import Scenario, parse_duration
 
 #: json.dumps(payload, sort_keys=True, default=float) without building an encoder per event
 _payload_json = json.JSONEncoder(sort_keys=True, default=float).encode
+
+
+def _entry_content(c: dict) -> pa.Array:
+    """entries.content: "<kind> <topic>", and "<kind> <topic>: outcome <%+.2f>" for entries with
+    an outcome (built on the writer thread, `Formatted`)."""
+    joined = join_strings(c["kind"], " ", c["topic"])
+    idx = np.flatnonzero(c["has_outcome"])
+    if idx.size == 0:
+        return joined
+    told = join_strings(Names(c["kind"].names, c["kind"].codes[idx]), " ", c["topic"].take(idx), ": outcome ",
+                        signed_fixed2(c["outcome"][idx]))
+    return pc.replace_with_mask(joined, pa.array(c["has_outcome"]), told)
+
+
+def _contagion_payload(c: dict) -> pa.Array:
+    """The `contagion` events' payload JSON from clade.receive's columns, by Arrow string kernels:
+    the same text `_payload_json` writes for the dict, key for key (built on the writer thread)."""
+    f, b, a, tag = json_floats, c["pad_before"], c["pad_after"], c["tag"]
+    return join_strings(
+        '{"alert_type": ', json_strings(c["alert"]), ', "inherited_confidence": ', f(c["inherited_confidence"]),
+        ', "latency_ms": ', json_ints(c["latency_ms"]),
+        ', "pad_after": [', f(a[:, 0]), ", ", f(a[:, 1]), ", ", f(a[:, 2]),
+        '], "pad_before": [', f(b[:, 0]), ", ", f(b[:, 1]), ", ", f(b[:, 2]),
+        '], "sender_entry": ', json_ints(c["sender_entry"]), ', "signal": ', json_strings(c["signal"]),
+        ', "stored": ', Names(("false", "true"), np.asarray(c["stored"]).astype(np.int8)),
+        ', "tag": [', f(tag[:, 0]), ", ", f(tag[:, 1]), ", ", f(tag[:, 2]), "]}")
 
 
 _EVENT_NUMBERS = {"time_ms": np.int64, "golem_id": np.int64, "clade_id": np.int64, "tick": np.int64, "entry_id": np.int64,
@@ -465,25 +491,16 @@ class World:
             return
         assets = self.tape.assets
         topic = pa.array(e["topic_name"], type=pa.string())
-        # "<kind> <topic>", and for entries with an outcome "<kind> <topic>: outcome <+0.00>",
-        # assembled by Arrow on the writer thread
         kind = Names(KINDS, e["kind"])
-        ho = np.asarray(e["has_outcome"], dtype=bool)
-        idx = np.flatnonzero(ho)
-        outcome = np.asarray(e["outcome"])[idx]      # a copy: the writer reads it later
-
-        def content():
-            joined = join_strings(kind, " ", topic)
-            if idx.size == 0:
-                return joined
-            told = join_strings(Names(KINDS, kind.codes[idx]), " ", topic.take(idx), ": outcome ", signed_fixed2(outcome))
-            return pc.replace_with_mask(joined, pa.array(ho), told)
+        # copies: the writer reads them at the flush
+        content = Formatted(_entry_content, dict(kind=kind, topic=topic, has_outcome=np.array(e["has_outcome"], dtype=bool),
+                                                 outcome=np.array(e["outcome"], dtype=np.float64)), n)
         self.rec.add("entries", dict(
             id=e["id"], golem_id=e["golem"], clade_id=e["clade"], created_ms=np.full(n, e["created_ms"]) if np.ndim(e["created_ms"]) == 0 else e["created_ms"],
             tick=e["tick"], category=Names(gm.CATEGORIES, e["category"]), topic=topic,
             scope=Names(assets, np.clip(e["scope"], 0, len(assets) - 1)), kind=kind,
             event_kind=_strings(e["event_kind"]),
-            content=Deferred(content, n), confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
+            content=content, confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
             decay_class=Names(gm.DECAY_CLASSES, e["decay_class"]), ttl_days=e["ttl_days"],
             window_days=e["window_ms"] / 86_400_000, has_tag=e["has_tag"], p=e["p"], a=e["a"], d=e["d"],
             emotion=Names(padm.EMOTION_CODES, e["emotion"]), intensity=e["i0"], label=Names(gm.LABELS, e["label"]),
@@ -528,8 +545,8 @@ class World:
         if b.payload:
             # lists of ints become JSON text here (Python); the objects are assembled by Arrow on
             # the writer thread, the same text `_payload_json` writes for the dicts
-            cols = {k: json_int_lists(v) if isinstance(v, list) else np.asarray(v) for k, v in b.payload.items()}
-            payload = Deferred(lambda: json_objects(cols), n)
+            cols = {k: json_int_lists(v) if isinstance(v, list) else np.array(v) for k, v in b.payload.items()}
+            payload = Formatted(json_objects, cols, n)
         else:
             payload = pa.repeat(pa.scalar("{}", pa.string()), n)
         self._record_event_columns(b.time_ms, b.kind, b.golem_id, b.clade_id, b.tick, b.entry_id,
@@ -539,21 +556,15 @@ class World:
         """`contagion` events from clade.receive's columns; the payload JSON is assembled by Arrow
         string kernels on the writer thread, the same text `_payload_json` writes for the dict, key
         for key."""
-        f, b, a, tag = json_floats, c["pad_before"], c["pad_after"], c["tag"]
-        alert, signal = Names(c["alert_type"], c["parcel"]), Names(c["signal"], c["parcel"])
-        payload = Deferred(lambda: join_strings(
-            '{"alert_type": ', json_strings(alert), ', "inherited_confidence": ', f(c["inherited_confidence"]),
-            ', "latency_ms": ', json_ints(c["latency_ms"]),
-            ', "pad_after": [', f(a[:, 0]), ", ", f(a[:, 1]), ", ", f(a[:, 2]),
-            '], "pad_before": [', f(b[:, 0]), ", ", f(b[:, 1]), ", ", f(b[:, 2]),
-            '], "sender_entry": ', json_ints(c["sender_entry"]), ', "signal": ', json_strings(signal),
-            ', "stored": ', Names(("false", "true"), c["stored"].astype(np.int8)),
-            ', "tag": [', f(tag[:, 0]), ", ", f(tag[:, 1]), ", ", f(tag[:, 2]), "]}"), len(c["golem_id"]))
+        payload = Formatted(_contagion_payload, dict(
+            alert=Names(c["alert_type"], c["parcel"]), signal=Names(c["signal"], c["parcel"]),
+            **{k: c[k] for k in ("inherited_confidence", "latency_ms", "pad_after", "pad_before", "sender_entry",
+                                 "stored", "tag")}), len(c["golem_id"]))
         self._record_event_columns(c["time_ms"], "contagion", c["golem_id"], c["clade_id"], c["tick"], c["entry_id"],
                                    c["other_golem"], c["value"], payload)
 
     def _record_event_columns(self, time_ms: int, kind: str, golem_id, clade_id, tick, entry_id, other_golem, value,
-                              payload: pa.Array | Deferred) -> None:
+                              payload: pa.Array | Formatted) -> None:
         """Events of one kind at one instant, given as columns (the next `seq` numbers in row order)."""
         n = len(golem_id)
         self.rec.add("events", dict(

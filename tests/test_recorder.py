@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.recorder import (SCHEMAS, SORT_KEYS, Deferred, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
+from sim.recorder import (SCHEMAS, SORT_KEYS, Formatted, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
                           json_int_lists, json_objects, json_strings, list_column, read_table, signed_fixed2,
                           write_options)
 
@@ -198,21 +198,28 @@ def test_list_column_kernel_equals_the_numpy_construction(rows, k, seed, dt, p_k
     assert got.to_pylist() == want.to_pylist()
 
 
-def test_deferred_chunks_are_built_at_flush_in_their_place(tmp_path):
-    built = []
+def _texts(cols):
+    _texts.calls.append({k: (v.names, v.codes.tolist()) if isinstance(v, Names) else v.tolist() for k, v in cols.items()})
+    return join_strings('{"a": ', json_ints(cols["a"]), ', "who": ', json_strings(cols["who"]), "}")
 
-    def payload(texts):
-        built.append(texts)
-        return pa.array(texts, type=pa.string())
+
+def test_formatted_chunks_are_built_at_flush_once_and_in_their_place(tmp_path):
+    """Chunks of one fn are built in one call over their concatenated columns (names merged),
+    however other kinds of chunks lie between them, and each row lands in its own place."""
+    _texts.calls = []
     rec = Recorder(tmp_path)
     rec.add("events", dict(_events([1, 2], Names(KINDS, [0, 0]), np.array([0.5, 1.0])),
                            payload=pa.array(["{}", "{}"], type=pa.string())))
     rec.add("events", dict(_events([3], Names(KINDS, [1]), np.array([2.0])),
-                           payload=Deferred(lambda: payload(['{"a": 1}']), 1)))
-    assert built == []                      # nothing built on the simulation thread
+                           payload=Formatted(_texts, dict(a=np.array([7]), who=Names(("ann", "bob"), [1])), 1)))
+    rec.add("events", dict(_events([4], Names(KINDS, [1]), np.array([2.0])), payload=pa.array(["{}"], type=pa.string())))
+    rec.add("events", dict(_events([5, 6], Names(KINDS, [1, 2]), np.array([2.0, 3.0])),
+                           payload=Formatted(_texts, dict(a=np.array([8, 9]), who=Names(("cy", "bob"), [0, 1])), 2)))
+    assert _texts.calls == []                      # nothing built on the simulation thread
     rec.flush()
-    assert built == [['{"a": 1}']]
-    assert read_table(tmp_path, "events").column("payload").to_pylist() == ["{}", "{}", '{"a": 1}']
+    assert _texts.calls == [dict(a=[7, 8, 9], who=(("ann", "bob", "cy"), [1, 2, 1]))]
+    assert read_table(tmp_path, "events").column("payload").to_pylist() == [
+        "{}", "{}", '{"a": 7, "who": "bob"}', "{}", '{"a": 8, "who": "cy"}', '{"a": 9, "who": "bob"}']
 
 
 def test_number_chunks_of_different_widths_concatenate_exactly():
