@@ -143,13 +143,20 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
     sets = [f"grimoire.capacity={capacity}"]
     if duration:
         sets.append(f"duration={duration}")
+    scratch = None   # without --out the run's tables (~1 GB recorded) go to a directory removed after it
     if out is None:
         import tempfile
-        out = Path(tempfile.mkdtemp(prefix="golem-bench-")) / "run"
+        scratch = Path(tempfile.mkdtemp(prefix="golem-bench-"))
+        out = scratch / "run"
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
-    res = execute(ROOT / "scenarios" / "bench.yaml", out, seed=seed, sets=sets, environ={}, record=record)
-    total = time.perf_counter() - t0
+    try:
+        res = execute(ROOT / "scenarios" / "bench.yaml", out, seed=seed, sets=sets, environ={}, record=record)
+        total = time.perf_counter() - t0
+    finally:
+        if scratch is not None:
+            import shutil
+            shutil.rmtree(scratch, ignore_errors=True)
     world = res.world
     ticks = int(res.manifest["golem_ticks"])
     cohort_ticks = int(round(world.stats.ticks / max(world.pop.n, 1)))
@@ -163,7 +170,7 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         "phases_s": phase_s, "phases_cpu_s": dict(timer.cpu) if phases else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_before_mb": rss0 / 1024, "bytes_per_entry": world.gr.bytes_per_entry(), "dim": world.gr.dim,
-        "run_dir": str(out),
+        "run_dir": None if scratch is not None else str(out),
     }
     if floor:
         out_d["floor"] = retrieval_floor(world)
