@@ -124,14 +124,8 @@ def curate(mind, g: int, now_ms: int) -> dict:
 
 
 def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
-    """`pass_columns` as one figures dict per Golem (the payload of its `events` row)."""
-    cols = pass_columns(mind, golems, now_ms)
-    return [dict(zip(cols, vals)) for vals in zip(*(v if isinstance(v, list) else v.tolist() for v in cols.values()))]
-
-
-def pass_columns(mind, golems: np.ndarray, now_ms: int) -> dict:
     """Curator passes (SPEC §7) for `golems` (ascending ids) at once; returns the figures of their
-    `events` rows as columns (an array, or for the lesson and proposal ids a list, per figure).
+    `events` rows.
 
     Every step works on a (Golems x capacity) copy of their slabs' columns, masked to the live
     entries, and writes whole rows back. A pass reads and writes its own Golem's slab only, so
@@ -143,9 +137,9 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> dict:
     cu = cfg.curator
     c = gr.cols
     golems = np.asarray(golems, dtype=np.int64)
+    if golems.size == 0:
+        return []
     n = golems.size
-    if n == 0:
-        return {}
     slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)    # one row per Golem's slab
 
     def rows(k: str) -> np.ndarray:
@@ -218,13 +212,14 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> dict:
     pop.curator_last_ms[golems] = now_ms
     prop_ids = c["id"][props].tolist()
     prop_bounds = np.searchsorted(owners, np.arange(n + 1)).tolist()
-    n_props = np.diff(prop_bounds)
-    return dict(n_entries=n_recent, n_tagged=np.bincount(ri[tag], minlength=n), mean_valence=mean_v, mean_arousal=mean_a,
+    cols = dict(n_entries=n_recent, n_tagged=np.bincount(ri[tag], minlength=n), mean_valence=mean_v, mean_arousal=mean_a,
                 valence_correction=vc, arousal_correction=ac, reweighted=n_reweighted, reevaluated=biased.sum(axis=1),
                 reevaluation_contradicted=n_contra, promoted=n_up, demoted=n_down,
-                archived=n_archived, low_confidence=low_conf.sum(axis=1), lessons=lesson_ids,
-                reflex_proposals=[prop_ids[lo:hi] for lo, hi in zip(prop_bounds[:-1], prop_bounds[1:])],
-                reflex_applied=applied & (n_props > 0), balance=np.full(n, bool(cu.balance)))
+                archived=n_archived, low_confidence=low_conf.sum(axis=1))
+    out = [dict(zip(cols, vals)) for vals in zip(*(v.tolist() for v in cols.values()))]
+    for row, ids, lo, hi in zip(out, lesson_ids, prop_bounds[:-1], prop_bounds[1:]):
+        row.update(lessons=ids, reflex_proposals=prop_ids[lo:hi], reflex_applied=applied and hi > lo, balance=bool(cu.balance))
+    return out
 
 
 def _write_lessons(mind, now_ms: int, lessons: list[tuple[int, list]]) -> list[list[int]]:

@@ -634,20 +634,14 @@ class Mind:
         nth = pop.tick[ix] + 1
         if cfg.curator.enabled:
             due = ix[nth % cfg.curator.every_ticks == 0]
-            if due.size:
-                # one curator row per Golem, each followed by its reflex proposals: a batch of
-                # curator rows up to each Golem that has some
-                figs = curatorm.pass_columns(self, due, obs.now_ms)
-                props, lo = figs["reflex_proposals"], 0
-                for i in range(due.size):
-                    if props[i] or i == due.size - 1:
-                        out.events.append(self._events(obs.now_ms, due[lo:i + 1], "curator", -1,
-                                                       figs["valence_correction"][lo:i + 1],
-                                                       payload={k: v[lo:i + 1] for k, v in figs.items()}))
-                        for eid in props[i]:
-                            out.events.append(self._event(obs.now_ms, int(due[i]), "reflex_proposal", entry_id=eid,
-                                                          payload={"applied": bool(figs["reflex_applied"][i])}))
-                        lo = i + 1
+            # one event per Golem, each followed by its reflex proposals (single events: a batch
+            # cut at every Golem with proposals was mostly batches of one, dearer than dicts)
+            for g, figures in zip(due, curatorm.passes(self, due, obs.now_ms)):
+                out.events.append(self._event(obs.now_ms, int(g), "curator", value=figures["valence_correction"],
+                                              payload=figures))
+                for eid in figures["reflex_proposals"]:
+                    out.events.append(self._event(obs.now_ms, int(g), "reflex_proposal", entry_id=eid,
+                                                  payload={"applied": figures["reflex_applied"]}))
         if cfg.contrarian.enabled:
             due = nth % cfg.contrarian.every_ticks == 0
             if due.any():
