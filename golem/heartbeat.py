@@ -221,8 +221,7 @@ class Mind:
         c = gr.cols
         served = slots >= 0
         safe = np.where(served, slots, 0)
-        # = served & has_tag[safe], where(tagged, p[safe], 0)
-        tagged, val = (res.tagged, res.valence) if res.tagged is not None else rt.served_valence(gr, slots)
+        tagged, val = res.tagged, res.valence   # = served & has_tag[safe], where(tagged, p[safe], 0)
         # anti-rumination (SPEC §4.3): the last 3 retrievals each > 80 % negative
         guard = (pop.neg_share[ix] > cfg.retrieval.rumination_negative_share).all(axis=1)
         rows, pos = rt.anti_rumination(slots, scores, val, res.pool, guard)

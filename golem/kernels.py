@@ -300,6 +300,14 @@ def _insert(slots, scores, k, slot, score):
 
 
 # ----------------------------------------------------------------------------- retrieval
+@njit(cache=True, inline="always")
+def _tag_valence(s, has_tag, p):
+    """A served cell's (tagged, valence): has_tag[s] (False for an empty cell, s = -1) and p[s]
+    where tagged, else 0 (exact in float64; stored back in p's dtype by the caller)."""
+    tg = s >= 0 and has_tag[max(s, 0)]
+    return tg, np.float64(p[s]) if tg else 0.0
+
+
 @njit(cache=True, error_model="numpy")
 def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
                     ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
@@ -494,10 +502,7 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
     # the served entries' tags and valences, read while the slab's columns are still in cache
     # (read after the scan, they are cache misses; see `served_valence`)
     for r in range(k):
-        s = top_s[r]
-        tg = s >= 0 and has_tag[max(s, 0)]
-        out_tagged[gi, r] = tg
-        out_val[gi, r] = p_tag[s] if tg else 0
+        out_tagged[gi, r], out_val[gi, r] = _tag_valence(top_s[r], has_tag, p_tag)
     out_pool[gi, POOL_N] = n_el
     out_pool[gi, POOL_SUM_EMO] = sum_emo
     out_pool[gi, POOL_SUM_VAL] = sum_val
@@ -574,10 +579,7 @@ def served_valence(slots, has_tag, p):
     val = np.empty((b, k), p.dtype)
     for i in prange(b):
         for r in range(k):
-            s = slots[i, r]
-            t = s >= 0 and has_tag[max(s, 0)]
-            tagged[i, r] = t
-            val[i, r] = p[s] if t else 0
+            tagged[i, r], val[i, r] = _tag_valence(slots[i, r], has_tag, p)
     return tagged, val
 
 

@@ -141,16 +141,16 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
 class RetrievalResult:
     """Per-Golem arrays for one batched retrieval (b Golems x k slots; slot -1 = empty).
 
-    `tagged` and `valence` are `served_valence(gr, slots)` where the retrieval gives them (the
-    fused kernel reads them at the end of each Golem's scan, while they are in cache); None from
-    the other profiles."""
+    `tagged` and `valence` are `served_valence(gr, slots)`: the served cells' tag flags and
+    valences (the fused kernel reads them at the end of each Golem's scan, while they are in
+    cache; the other profiles after theirs)."""
 
     slots: np.ndarray
     scores: np.ndarray
     factors: np.ndarray
     shadow: np.ndarray
     pool: np.ndarray
-    tagged: np.ndarray | None = None
+    tagged: np.ndarray | None = None     # filled by every retrieval before it returns
     valence: np.ndarray | None = None
 
 
@@ -280,6 +280,7 @@ def _retrieve_profile(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur
         nn = np.flatnonzero(val >= 0)
         best = nn[np.lexsort((s[nn], -score[nn]))[0]] if nn.size else -1
         out.pool[i] = (s.size, pc.sum(), val.sum(), s[best] if best >= 0 else -1, score[best] if best >= 0 else -np.inf)
+    out.tagged, out.valence = served_valence(gr, out.slots)
     return out
 
 

@@ -414,6 +414,20 @@ def test_served_valence_is_the_numpy_expressions(arena, prm):
 
 
 @FAST
+@given(arenas(), params)
+def test_every_retrieval_profile_gives_the_served_tags_and_valences(arena, prm):
+    """The other profiles fill `tagged`/`valence` too (decide reads them from every retrieval)."""
+    gr, q, pad = arena
+    golems = np.arange(gr.n_golems)
+    res = rt.retrieve_six(gr, golems, q, pad, NOW, prm, (0.38, 0.18, 0.08, 0.14, 0.14, 0.08),
+                          np.zeros(golems.size, np.int64), 0, [set() for _ in golems])
+    served = res.slots >= 0
+    safe = np.where(served, res.slots, 0)
+    np.testing.assert_array_equal(res.tagged, served & gr.cols["has_tag"][safe])
+    np.testing.assert_array_equal(res.valence, np.where(res.tagged, gr.cols["p"][safe], 0.0))
+
+
+@FAST
 @given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.integers(1, 8))
 def test_validate_drivers_is_the_numpy_update(seed, golems, k):
     """Confidence propagation in one pass = the numpy expression it replaced: +0.1 / -0.2 (float32)
