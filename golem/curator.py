@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 def emotional_balance(pleasures: Sequence[float], arousals: Sequence[float], n_total: int,
@@ -56,7 +56,7 @@ def heat(access_count: np.ndarray) -> np.ndarray:
     return np.where(top > 0, np.log1p(rows) / np.where(top > 0, top, 1.0), 0.0).reshape(access_count.shape)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, importance, confidence, window_ms,
           last_access_ms, status, now_ms, promote_score, demote_score, class_days):
     """Curator step 3 on the due Golems' slabs, in place: promotion/demotion of the decay class by
@@ -67,7 +67,8 @@ def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, i
     score = weight * importance * confidence * (1 + salience) in float32 and compared in float32,
     window = max(class days, min(window / day / (1 + salience), 30)) * (1 + salience) * day in
     float64: the numpy expressions operation for operation (tests/test_curation.py keeps them as
-    the reference), one pass over each slab instead of some twenty whole-slab arrays."""
+    the reference), one pass over each slab instead of some twenty whole-slab arrays; Golems touch
+    only their own slabs, so they are spread over numba's threads."""
     n = golems.size
     n_up = np.zeros(n, dtype=np.int64)
     n_down = np.zeros(n, dtype=np.int64)
@@ -75,7 +76,7 @@ def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, i
     keep = np.float32(0.7)
     promote = np.float32(promote_score)     # a Python float against a float32 column: compared in float32
     demote = np.float32(demote_score)
-    for r in range(n):
+    for r in prange(n):
         base = golems[r] * cap
         for j in range(cap):
             if not live[r, j]:
@@ -127,11 +128,11 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     """Curator passes (SPEC §7) for `golems` (ascending ids) at once; returns the figures of their
     `events` rows.
 
-    Every step works on a (Golems x capacity) copy of their slabs' columns, masked to the live
-    entries, and writes whole rows back. A pass reads and writes its own Golem's slab only, so
-    batching changes nothing: the lessons of all of them are written in one batch (ids in Golem
-    order, as passes one after the other would number them) between consolidation and the heat /
-    reflex step, which sees them.
+    Each step is a kernel over the due Golems' slabs (masked to the entries live at the start of
+    the pass) that does what the numpy expressions of tests/test_curation.py do, sum for sum. A
+    pass reads and writes its own Golem's slab only, so batching changes nothing: the lessons of
+    all of them are written in one batch (ids in Golem order, as passes one after the other would
+    number them) between consolidation and the heat / reflex step, which sees them.
     """
     gr, cfg, pop = mind.gr, mind.cfg, mind.pop
     cu = cfg.curator
@@ -140,46 +141,15 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     if golems.size == 0:
         return []
     n = golems.size
-    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)    # one row per Golem's slab
-
-    def rows(k: str) -> np.ndarray:
-        """Column k of the due slabs (copying whole rows: far cheaper than gathering slots)."""
-        return c[k].reshape(gr.n_golems, gr.capacity)[golems]
-
-    def put(k: str, where: np.ndarray, values) -> None:
-        """Write `values` into column k where `where` holds, row by row."""
-        c[k].reshape(gr.n_golems, gr.capacity)[golems] = np.where(where, values, rows(k))
-
-    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (rows("id") >= 0)
-    recent = live & (rows("created_ms") > pop.curator_last_ms[golems][:, None])
-    n_recent = recent.sum(axis=1)
-    # 1. emotional balance over the entries since the last pass, Golem by Golem on its tagged
-    # entries in slot order (the sums are order-sensitive)
-    ri = np.nonzero(recent)[0]                                 # the row of each recent entry
-    tag = rows("has_tag")[recent]
-    p, a = rows("p")[recent].astype(np.float64), rows("a")[recent].astype(np.float64)
-    pt, at = p[tag], a[tag]
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(ri[tag], minlength=n))]).tolist()
-    vc, ac, mean_v, mean_a = np.array([
-        (*emotional_balance(pt[lo:hi].tolist(), at[lo:hi].tolist(), k, cu.valence_gain, cu.arousal_floor, cu.arousal_gain),
-         float(pt[lo:hi].sum()) / max(k, 1), float(at[lo:hi].sum()) / max(k, 1))
-        for lo, hi, k in zip(bounds[:-1], bounds[1:], n_recent.tolist())]).reshape(n, 4).T
-    n_reweighted = np.zeros(n, dtype=np.int64)
-    if cu.balance:
-        w = curator_weights(p, a, tag, mean_v[ri], vc[ri], ac[ri], cu.minority_threshold, cfg.arousal.high_band)
-        c["curator_weight"][slots[recent]] = w
-        n_reweighted = np.bincount(ri[w != 1.0], minlength=n)
-    # 2. re-evaluate arousal-biased insights when calm: the counterfactual re-run without the mood's bias
+    live = live_slots(golems, gr.capacity, gr.count, c["id"])
+    # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
+    # insights when calm (the counterfactual re-run without the mood's bias)
     calm = pop.pad[golems, 1] < cu.calm_arousal
-    biased = live & calm[:, None] & rows("arousal_bias") & (rows("category") == gm.CATEGORIES.index("insight"))
-    b = slots[biased]
-    agree = np.sign(c["outcome"][b]) == np.sign(c["raw_outcome"][b])
-    conf = c["confidence"][b].astype(np.float64)   # gm.propagate_confidence, entry by entry
-    c["confidence"][b] = np.minimum(1.0, np.maximum(0.0, np.where(
-        agree, conf + cfg.confidence.validation, conf - cfg.confidence.contradiction)))
-    n_contra = np.bincount(np.nonzero(biased)[0][~agree], minlength=n)
-    c["outcome"][b] = c["raw_outcome"][b]
-    c["arousal_bias"][b] = False
+    fig, cnt = balance_and_reevaluate(
+        golems, gr.capacity, live, pop.curator_last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
+        c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"], c["confidence"], calm,
+        bool(cu.balance), cu.valence_gain, cu.arousal_floor, cu.arousal_gain, cu.minority_threshold,
+        cfg.arousal.high_band, gm.CATEGORIES.index("insight"), cfg.confidence.validation, cfg.confidence.contradiction)
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
     g_cfg = cfg.grimoire
     class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
@@ -187,24 +157,15 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
                                      c["curator_weight"], c["importance"], c["confidence"], c["window_ms"],
                                      c["last_access_ms"], c["status"], now_ms, cu.promote_score, cu.demote_score,
                                      class_days)
-    # 4. consolidation into lessons, each Golem's groups in (scope, topic) order (a category no
-    # entry has keeps the dead slots out)
-    owner = np.repeat(np.arange(n), gr.capacity)
-    groups = consolidation_groups(rows("scope").ravel(), rows("topic").ravel(), rows("created_ms").ravel(),
-                                  rows("consolidated").ravel(), np.where(live, rows("category"), -1).ravel(), now_ms,
-                                  cu.consolidation_min, cu.consolidation_age_days, owner)
-    lessons = [[] for _ in golems]
-    for grp in groups:
-        members = slots.ravel()[grp]
-        anchor = members[np.lexsort((members, -c["salience"][members]))[0]]
-        lessons[owner[grp[0]]].append((anchor, members))
-        c["consolidated"][members] = True
-    lesson_ids = _write_lessons(mind, now_ms, list(zip(golems.tolist(), lessons)))
+    # 4. consolidation into lessons, each Golem's groups in (scope, topic) order
+    grp_row, anchors, starts, members = lesson_groups(
+        golems, gr.capacity, live, c["scope"], c["topic"], c["created_ms"], c["consolidated"], c["category"],
+        c["salience"], now_ms, cu.consolidation_min, float(cu.consolidation_age_days * DAY_MS),
+        gm.CATEGORIES.index("episode"))
+    lesson_ids = _write_lessons(mind, now_ms, golems, grp_row, anchors, starts, members)
     # 5. reflex candidates, heat, low-confidence flags (on the slabs as the lessons left them)
-    acc = rows("access_count")
-    put("heat", live, heat(np.where(live, acc, 0).astype(np.float64)))
-    low_conf = live & (rows("confidence") < cfg.confidence.low_flag) & (acc >= cfg.confidence.low_flag_accesses)
-    put("low_conf", live, low_conf)
+    low_conf = heat_and_flags(golems, gr.capacity, live, c["access_count"], c["confidence"], c["heat"], c["low_conf"],
+                              cfg.confidence.low_flag, cfg.confidence.low_flag_accesses)
     props, owners = reflex.proposals(gr, golems, now_ms, cfg.reflex.promotion_min, cfg.reflex.promotion_window_days)
     applied = cfg.reflex.promotion == "auto"
     if applied:
@@ -212,53 +173,314 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     pop.curator_last_ms[golems] = now_ms
     prop_ids = c["id"][props].tolist()
     prop_bounds = np.searchsorted(owners, np.arange(n + 1)).tolist()
-    cols = dict(n_entries=n_recent, n_tagged=np.bincount(ri[tag], minlength=n), mean_valence=mean_v, mean_arousal=mean_a,
-                valence_correction=vc, arousal_correction=ac, reweighted=n_reweighted, reevaluated=biased.sum(axis=1),
-                reevaluation_contradicted=n_contra, promoted=n_up, demoted=n_down,
-                archived=n_archived, low_confidence=low_conf.sum(axis=1))
+    cols = dict(n_entries=cnt[:, 0], n_tagged=cnt[:, 1], mean_valence=fig[:, 2], mean_arousal=fig[:, 3],
+                valence_correction=fig[:, 0], arousal_correction=fig[:, 1], reweighted=cnt[:, 2], reevaluated=cnt[:, 3],
+                reevaluation_contradicted=cnt[:, 4], promoted=n_up, demoted=n_down,
+                archived=n_archived, low_confidence=low_conf)
     out = [dict(zip(cols, vals)) for vals in zip(*(v.tolist() for v in cols.values()))]
     for row, ids, lo, hi in zip(out, lesson_ids, prop_bounds[:-1], prop_bounds[1:]):
         row.update(lessons=ids, reflex_proposals=prop_ids[lo:hi], reflex_applied=applied and hi > lo, balance=bool(cu.balance))
     return out
 
 
-def _write_lessons(mind, now_ms: int, lessons: list[tuple[int, list]]) -> list[list[int]]:
-    """One lesson entry per consolidated group, framed on its highest-salience episode, for every
-    (Golem, [(anchor, members)]) in one write; returns each Golem's lesson ids."""
-    out = [[] for _ in lessons]
-    flat = [(i, g, j, anchor, members) for i, (g, ls) in enumerate(lessons) for j, (anchor, members) in enumerate(ls)]
-    if not flat:
+@njit(cache=True, parallel=True)
+def live_slots(golems, cap, count, ids):
+    """(Golems x capacity) mask of the slots holding an entry: below the count and with an id."""
+    live = np.zeros((golems.size, cap), dtype=np.bool_)
+    for r in prange(golems.size):
+        base = golems[r] * cap
+        for j in range(count[golems[r]]):
+            live[r, j] = ids[base + j] >= 0
+    return live
+
+
+@njit(cache=True, parallel=True)
+def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias,
+                           category, outcome, raw_outcome, confidence, calm, balance, valence_gain, arousal_floor,
+                           arousal_gain, minority_threshold, high_arousal, insight, validation, contradiction):
+    """Curator steps 1 and 2 on each due Golem's slab, in place; returns figures (rows x 4: valence
+    and arousal corrections, mean valence, mean arousal) and counts (rows x 5: recent entries,
+    tagged ones, reweighted, re-evaluated, contradicted).
+
+    Step 1 over the entries created since the Golem's last pass, in slot order: the corrections
+    from `emotional_balance` (its sequential sums), the means as numpy sums them (`np_sum`), and
+    with `balance` the `curator_weights` of those entries. Step 2 when the Golem is calm: its
+    arousal-biased insights get the outcome their evidence gave (raw_outcome), confidence +
+    validation where the signs agree, - contradiction where not, clipped in float64 and stored in
+    float32. Golems touch only their own slabs, so they are spread over numba's threads."""
+    n = golems.size
+    fig = np.zeros((n, 4))
+    cnt = np.zeros((n, 5), dtype=np.int64)
+    for r in prange(n):
+        g = golems[r]
+        base = g * cap
+        pt = np.empty(cap)
+        at = np.empty(cap)
+        k = 0
+        nt = 0
+        for j in range(cap):
+            if live[r, j] and created_ms[base + j] > last_ms[g]:
+                k += 1
+                if has_tag[base + j]:
+                    pt[nt] = np.float64(p[base + j])
+                    at[nt] = np.float64(a[base + j])
+                    nt += 1
+        sp = 0.0
+        sa = 0.0
+        for i in range(nt):
+            sp += pt[i]
+            sa += at[i]
+        div = max(k, 1)
+        vc = -(sp / div) * valence_gain
+        x = sa / div - arousal_floor
+        ac = (0.0 if 0.0 > x else x) * -arousal_gain       # Python's max(x, 0.0)
+        mean_v = np_sum(pt, 0, nt, 0.0) / div
+        fig[r, 0], fig[r, 1], fig[r, 2], fig[r, 3] = vc, ac, mean_v, np_sum(at, 0, nt, 0.0) / div
+        cnt[r, 0], cnt[r, 1] = k, nt
+        if balance:
+            lopsided = abs(mean_v) > minority_threshold
+            for j in range(cap):
+                s = base + j
+                if not (live[r, j] and created_ms[s] > last_ms[g]):
+                    continue
+                w = 1.0
+                if has_tag[s]:
+                    pv = np.float64(p[s])
+                    if lopsided and pv != 0 and (pv > 0) != (mean_v > 0):
+                        w = 1.0 + abs(vc)
+                    if np.float64(a[s]) > high_arousal:
+                        w = w * (1.0 + ac)
+                curator_weight[s] = w
+                cnt[r, 2] += w != 1.0
+        if calm[r]:
+            for j in range(cap):
+                s = base + j
+                if live[r, j] and arousal_bias[s] and category[s] == insight:
+                    agree = np.sign(outcome[s]) == np.sign(raw_outcome[s])
+                    conf = np.float64(confidence[s])
+                    confidence[s] = np.minimum(1.0, np.maximum(0.0, conf + validation if agree else conf - contradiction))
+                    cnt[r, 3] += 1
+                    cnt[r, 4] += not agree
+                    outcome[s] = raw_outcome[s]
+                    arousal_bias[s] = False
+    return fig, cnt
+
+
+@njit(cache=True)
+def lesson_groups(golems, cap, live, scope, topic, created_ms, consolidated, category, salience, now_ms,
+                  min_entries, min_age_ms, episode):
+    """Curator step 4's groups, marked consolidated: per due Golem (row), its live episodes older
+    than `min_age_ms` and not yet consolidated, grouped by (scope, topic) in that order, slots
+    ascending within a group; groups of >= min_entries. Returns each group's row, its anchor (the
+    highest-salience member, the lowest slot among equals), and the members as flat slots with
+    group starts (groups + 1): `consolidation_groups` per Golem, plus the anchor and the marking."""
+    n_cand = 0
+    for r in range(golems.size):
+        base = golems[r] * cap
+        for j in range(cap):
+            s = base + j
+            n_cand += (live[r, j] and category[s] == episode and not consolidated[s]
+                       and (now_ms - created_ms[s]) > min_age_ms)
+    members = np.empty(n_cand, dtype=np.int64)
+    starts = np.zeros(n_cand // max(min_entries, 1) + 2, dtype=np.int64)
+    grp_row = np.empty(starts.size, dtype=np.int64)
+    anchors = np.empty(starts.size, dtype=np.int64)
+    cand = np.empty(cap, dtype=np.int64)
+    key = np.empty(cap, dtype=np.int64)
+    n_grp = 0
+    at = 0
+    for r in range(golems.size):
+        base = golems[r] * cap
+        m = 0
+        for j in range(cap):
+            s = base + j
+            if (live[r, j] and category[s] == episode and not consolidated[s]
+                    and (now_ms - created_ms[s]) > min_age_ms):
+                cand[m] = s
+                # (scope, topic) as one order-preserving int64: scope * 2**32 + topic (both int32)
+                key[m] = (np.int64(scope[s]) << 32) + np.int64(topic[s])
+                m += 1
+        order = np.argsort(key[:m], kind="mergesort")      # stable: slots ascending within a key
+        lo = 0
+        while lo < m:
+            hi = lo + 1
+            while hi < m and key[order[hi]] == key[order[lo]]:
+                hi += 1
+            if hi - lo >= min_entries:
+                best = cand[order[lo]]
+                for i in range(lo, hi):
+                    s = cand[order[i]]
+                    members[at] = s
+                    at += 1
+                    consolidated[s] = True
+                    if salience[s] > salience[best]:
+                        best = s
+                grp_row[n_grp] = r
+                anchors[n_grp] = best
+                n_grp += 1
+                starts[n_grp] = at
+            lo = hi
+    return grp_row[:n_grp].copy(), anchors[:n_grp].copy(), starts[:n_grp + 1].copy(), members[:at].copy()
+
+
+def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, low_flag, low_flag_accesses):
+    """Curator step 5's per-entry flags on the live slots, in place: heat (`heat` of the slab:
+    log1p(accesses) / log1p(the slab's most), 0 when nothing was accessed) and the low-confidence
+    flag (confidence below `low_flag`, compared in float32 as the column is, after at least
+    `low_flag_accesses` accesses); returns each Golem's low-confidence count. log1p comes from a
+    table numpy computes (numpy's SIMD log1p and libm's differ in the last bit for ~1 % of values)."""
+    top = _slab_max(golems, cap, live, access_count)
+    table = np.log1p(np.arange(max(int(top.max()), 0) + 1, dtype=np.float64))
+    return _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,
+                           np.float32(low_flag), low_flag_accesses)
+
+
+@njit(cache=True)
+def _slab_max(golems, cap, live, values):
+    """Each row's largest live value (0 when none is larger)."""
+    top = np.zeros(golems.size, dtype=np.int64)
+    for r in range(golems.size):
+        base = golems[r] * cap
+        for j in range(cap):
+            if live[r, j] and values[base + j] > top[r]:
+                top[r] = values[base + j]
+    return top
+
+
+@njit(cache=True, parallel=True)
+def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table, low_flag,
+                    low_flag_accesses):
+    n_low = np.zeros(golems.size, dtype=np.int64)
+    for r in prange(golems.size):
+        base = golems[r] * cap
+        t = table[top[r]]
+        for j in range(cap):
+            if live[r, j]:
+                s = base + j
+                acc = access_count[s]
+                heat_col[s] = table[acc] / t if t > 0 else 0.0
+                flag = confidence[s] < low_flag and acc >= low_flag_accesses
+                low_conf[s] = flag
+                n_low[r] += flag
+    return n_low
+
+
+@njit(cache=True)
+def np_sum(a, lo, n, zero):
+    """`a[lo:lo + n].sum()` as numpy adds it (contiguous 1-D, in the accumulator type of `zero`):
+    the identity plus a pairwise sum, blocks of up to 128 summed with eight interleaved
+    accumulators, halves split at a multiple of 8. Kernels that replace a numpy sum use it so their
+    figures stay the numpy expression's bit for bit (a plain loop differs in the last bits).
+    numpy recurses; this walks the same tree with a stack (a recursive numba function crashed
+    when cached and called from another kernel). It lives here, beside its callers: numba's cache
+    does not notice a change to a kernel of another module."""
+    los = np.empty(64, dtype=np.int64)
+    ns = np.empty(64, dtype=np.int64)
+    stage = np.zeros(64, dtype=np.int8)
+    vals = np.full(64, zero)
+    top, nv = 0, 0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        m = ns[top]
+        if m <= 128:
+            vals[nv] = _block_sum(a, los[top], m, zero)
+            nv += 1
+            top -= 1
+        elif stage[top] < 2:
+            half = m // 2
+            half -= half % 8
+            first = stage[top] == 0
+            stage[top] += 1
+            los[top + 1] = los[top] if first else los[top] + half
+            ns[top + 1] = half if first else m - half
+            stage[top + 1] = 0
+            top += 1
+        else:                                   # both halves summed: left + right
+            nv -= 1
+            vals[nv - 1] = vals[nv - 1] + vals[nv]
+            top -= 1
+    return zero + vals[0]
+
+
+@njit(cache=True, inline="always")
+def _block_sum(a, lo, n, zero):
+    if n < 8:
+        res = zero
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i, m = lo + 8, lo + n - n % 8
+    while i < m:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < lo + n:
+        res += a[i]
+        i += 1
+    return res
+
+
+def _write_lessons(mind, now_ms: int, golems: np.ndarray, grp_row: np.ndarray, anchor: np.ndarray,
+                   starts: np.ndarray, members: np.ndarray) -> list[list[int]]:
+    """One lesson entry per consolidated group (`lesson_groups`), framed on its anchor (highest-
+    salience episode), all in one write; returns each Golem's lesson ids."""
+    out = [[] for _ in golems]
+    if not anchor.size:
         return out
     from golem.memory_writer import KINDS, Candidates, write
     gr, cfg = mind.gr, mind.cfg
     c = gr.cols
-    golem = np.array([g for _, g, _, _, _ in flat], dtype=np.int64)
-    anchor = np.array([a for _, _, _, a, _ in flat], dtype=np.int64)
-    members = np.concatenate([m for *_, m in flat])
-    starts = np.cumsum([0] + [m.size for *_, m in flat[:-1]])
-    mean_outcome = np.array([float(c["outcome"][m].mean()) for *_, m in flat])   # float32 means, as numpy takes them
+    golem = golems[grp_row]
+    first = starts[:-1]
+    mean_outcome = group_means(c["outcome"], members, starts)
     cand = Candidates()
     cand.add(gr.emb[anchor].astype(np.float64), [mind.topic_name(t) for t in c["topic"][anchor].tolist()],
              p=c["p"][anchor].astype(np.float64), a=c["a"][anchor].astype(np.float64), d=c["d"][anchor].astype(np.float64),
              has_tag=c["has_tag"][anchor], emotion=c["emotion"][anchor], label=c["label"][anchor],
              value=1.0, pnl=0.0, signals=0, provenance=-1, tick=mind.pop.tick[golem], flashbulb=False,
              first_sighting=True, force_internal=False, arousal_bias=False, golem=golem, scope=c["scope"][anchor],
-             seq=50 + np.array([j for _, _, j, _, _ in flat]), kind=KINDS.index("lesson"), role=2,
+             seq=50 + np.arange(grp_row.size) - np.searchsorted(grp_row, grp_row), kind=KINDS.index("lesson"), role=2,
              category=gm.CATEGORIES.index("lesson"), decay_class=gm.REGIME, source_conf=cfg.confidence.inferred,
-             importance=np.maximum.reduceat(c["importance"][members], starts).astype(np.float64), outcome=mean_outcome,
-             has_outcome=np.logical_or.reduceat(c["has_outcome"][members], starts), event_kind="", force=True,
+             importance=np.maximum.reduceat(c["importance"][members], first).astype(np.float64), outcome=mean_outcome,
+             has_outcome=np.logical_or.reduceat(c["has_outcome"][members], first), event_kind="", force=True,
              raw_outcome=mean_outcome, regime=c["regime"][anchor])
     rows = write(cfg, gr, cand, now_ms)
     if rows is None:
         return out
     # each Golem's written ids in order, matched with its lessons in order (a refused write
     # shifts the match, as it did one Golem at a time)
-    lo, hi = (np.searchsorted(rows["golem"], [g for g, _ in lessons], side) for side in ("left", "right"))
-    for i, (g, ls) in enumerate(lessons):
+    lo, hi = (np.searchsorted(rows["golem"], golems, side) for side in ("left", "right"))
+    g_lo = np.searchsorted(grp_row, np.arange(golems.size))
+    member_ids = c["id"][members].tolist()
+    bounds = starts.tolist()
+    for i in np.flatnonzero(hi > lo).tolist():
         ids = rows["id"][lo[i]:hi[i]].tolist()   # rows come in Golem order
-        for (_, members), eid in zip(ls, ids):
-            gr.links[eid] = tuple(c["id"][members].tolist())
+        for gi, eid in enumerate(ids, start=int(g_lo[i])):
+            gr.links[eid] = tuple(member_ids[bounds[gi]:bounds[gi + 1]])
         out[i] = ids
     rows["clade"] = mind.pop.clade[rows["golem"]]
     mind.pending_entries.append(rows)
+    return out
+
+
+@njit(cache=True)
+def group_means(values, members, starts):
+    """`float(values[members[a:b]].mean())` for every group [a, b) of `starts`, as numpy takes the
+    mean of a float32 gather: the float32 sum (`np_sum`) divided in float32 by the count."""
+    out = np.empty(starts.size - 1)
+    buf = np.empty(members.size, dtype=values.dtype)
+    for i in range(members.size):
+        buf[i] = values[members[i]]
+    for gi in range(out.size):
+        lo, hi = starts[gi], starts[gi + 1]
+        out[gi] = np_sum(buf, lo, hi - lo, values.dtype.type(0)) / values.dtype.type(hi - lo)
     return out

@@ -438,7 +438,7 @@ def signed_fixed2(x) -> pa.Array:
     |v| < 1e6 the product's own rounding error is below 2**-26. Values that near a tie, larger
     ones and non-finite ones go through Python."""
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):   # huge and non-finite values go through Python
         y = x * 100.0
         r = np.rint(y)
         odd = ~(np.abs(x) < 1e6) | (np.abs(np.abs(y - r) - 0.5) <= 1e-6)

@@ -354,3 +354,165 @@ def test_tier_kernel_matches_the_numpy_expressions(seed, n_golems, cap, promote,
         assert a.tolist() == b.tolist()
     for k in c:
         assert np.array_equal(c[k], want[k]), k
+
+
+# ----------------------------------------------------------------------------- the pass's kernels
+def _floats(rng, n, dtype):
+    """Values whose sums depend on the order of the additions: mixed signs and magnitudes, zeros."""
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-6, 7, n)
+    x[rng.random(n) < 0.1] = 0.0
+    return x.astype(dtype)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**31), st.integers(0, 700), st.integers(0, 5), st.sampled_from([np.float32, np.float64]))
+def test_np_sum_adds_as_numpy_does(seed, n, lo, dtype):
+    from golem.curator import np_sum
+    a = _floats(np.random.default_rng(seed), n + lo + 3, dtype)
+    got, want = np_sum(a, lo, n, dtype(0)), a[lo:lo + n].sum()
+    assert got == want and np.signbit(got) == np.signbit(want) and dtype(got) == got   # summed in dtype
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.integers(1, 200), min_size=1, max_size=8))
+def test_group_means_are_numpys_float32_means(seed, sizes):
+    from golem.curator import group_means
+    rng = np.random.default_rng(seed)
+    values = _floats(rng, 2000, np.float32)
+    members = rng.integers(0, values.size, sum(sizes))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    want = [float(values[members[a:b]].mean()) for a, b in zip(starts[:-1], starts[1:])]
+    assert group_means(values, members, starts).tolist() == want
+
+
+def _slabs(rng, n_golems, cap):
+    """Random slab columns for the pass's kernels: dead slots, ties, zeros and boundary values."""
+    n = n_golems * cap
+    f32 = np.float32
+    c = dict(id=np.where(rng.random(n) < 0.1, -1, np.arange(n)),
+             created_ms=rng.integers(0, 60, n) * DAY, has_tag=rng.random(n) < 0.7,
+             p=rng.choice([-0.9, -0.5, 0.0, 0.3, 0.8], n).astype(f32) + (rng.random(n) * 0.1).astype(f32),
+             a=rng.choice([0.1, 0.5, 0.50000001, 0.9], n).astype(f32), curator_weight=np.ones(n, f32),
+             arousal_bias=rng.random(n) < 0.4, category=rng.integers(0, 3, n).astype(np.int8),
+             outcome=rng.choice([-0.4, 0.0, 0.2], n).astype(f32), raw_outcome=rng.choice([-0.3, 0.0, 0.5], n).astype(f32),
+             confidence=rng.choice([0.0, 0.05, 0.3, 0.299999, 0.5, 0.7, 0.95, 1.0], n).astype(f32),
+             scope=rng.integers(-1, 2, n).astype(np.int32), topic=rng.integers(0, 3, n).astype(np.int32),
+             consolidated=rng.random(n) < 0.2, salience=rng.choice([0.1, 0.3, 0.5], n).astype(f32),
+             access_count=rng.choice([0, 0, 1, 3, 17, 250], n).astype(np.int32))
+    c["p"][rng.random(n) < 0.15] = 0.0
+    for k in "pa":   # tiny values: sums of float32s that a float64 no longer holds exactly (order matters)
+        tiny = rng.random(n) < 0.2
+        c[k][tiny] = (rng.standard_normal(int(tiny.sum())) * 10.0 ** rng.integers(-30, -8, int(tiny.sum()))).astype(f32)
+    c["topic"][rng.random(n) < 0.1] = rng.choice(np.array([-2**31, -1, 2**31 - 1], np.int32), 1)
+    count = rng.integers(0, cap + 1, n_golems)
+    golems = np.sort(rng.permutation(n_golems)[:int(rng.integers(1, n_golems + 1))]).astype(np.int64)
+    return c, count, golems
+
+
+def _balance_reference(golems, cap, live, last_ms, c, calm, cu, high, validation, contradiction):
+    """Curator steps 1 and 2 as the numpy expressions of the pass before its kernels."""
+    from golem.curator import curator_weights, emotional_balance
+    n = golems.size
+    slots = golems[:, None] * cap + np.arange(cap)
+
+    def rows(k):
+        return c[k].reshape(-1, cap)[golems]
+    recent = live & (rows("created_ms") > last_ms[golems][:, None])
+    n_recent = recent.sum(axis=1)
+    ri = np.nonzero(recent)[0]
+    tag = rows("has_tag")[recent]
+    p, a = rows("p")[recent].astype(np.float64), rows("a")[recent].astype(np.float64)
+    pt, at = p[tag], a[tag]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(ri[tag], minlength=n))]).tolist()
+    vc, ac, mean_v, mean_a = np.array([
+        (*emotional_balance(pt[lo:hi].tolist(), at[lo:hi].tolist(), k, cu["valence_gain"], cu["arousal_floor"],
+                            cu["arousal_gain"]),
+         float(pt[lo:hi].sum()) / max(k, 1), float(at[lo:hi].sum()) / max(k, 1))
+        for lo, hi, k in zip(bounds[:-1], bounds[1:], n_recent.tolist())]).reshape(n, 4).T
+    n_rew = np.zeros(n, dtype=np.int64)
+    if cu["balance"]:
+        w = curator_weights(p, a, tag, mean_v[ri], vc[ri], ac[ri], cu["minority_threshold"], high)
+        c["curator_weight"][slots[recent]] = w
+        n_rew = np.bincount(ri[w != 1.0], minlength=n)
+    biased = live & calm[:, None] & rows("arousal_bias") & (rows("category") == gm.CATEGORIES.index("insight"))
+    b = slots[biased]
+    agree = np.sign(c["outcome"][b]) == np.sign(c["raw_outcome"][b])
+    conf = c["confidence"][b].astype(np.float64)
+    c["confidence"][b] = np.minimum(1.0, np.maximum(0.0, np.where(agree, conf + validation, conf - contradiction)))
+    n_contra = np.bincount(np.nonzero(biased)[0][~agree], minlength=n)
+    c["outcome"][b] = c["raw_outcome"][b]
+    c["arousal_bias"][b] = False
+    return (np.stack([vc, ac, mean_v, mean_a], axis=1),
+            np.stack([n_recent, np.bincount(ri[tag], minlength=n), n_rew, biased.sum(axis=1), n_contra], axis=1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 160), st.booleans(), st.sampled_from([0.0, 0.2, 0.5]))
+def test_balance_kernel_matches_the_numpy_expressions(seed, n_golems, cap, balance, minority):
+    from golem.curator import balance_and_reevaluate, live_slots
+    rng = np.random.default_rng(seed)
+    c, count, golems = _slabs(rng, n_golems, cap)
+    live = live_slots(golems, cap, count, c["id"])
+    assert live.tolist() == ((np.arange(cap) < count[golems][:, None]) & (c["id"].reshape(-1, cap)[golems] >= 0)).tolist()
+    last_ms = rng.integers(-1, 40, n_golems) * DAY
+    calm = rng.random(golems.size) < 0.6
+    cu = dict(balance=balance, valence_gain=0.4, arousal_floor=0.3, arousal_gain=0.3, minority_threshold=minority)
+    want = {k: v.copy() for k, v in c.items()}
+    fig, cnt = balance_and_reevaluate(golems, cap, live, last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
+                                      c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"],
+                                      c["raw_outcome"], c["confidence"], calm, balance, 0.4, 0.3, 0.3, minority, 0.5,
+                                      gm.CATEGORIES.index("insight"), 0.1, 0.2)
+    ref_fig, ref_cnt = _balance_reference(golems, cap, live, last_ms, want, calm, cu, 0.5, 0.1, 0.2)
+    assert np.array_equal(fig, ref_fig) and np.array_equal(np.signbit(fig), np.signbit(ref_fig))
+    assert cnt.tolist() == ref_cnt.tolist()
+    for k in c:
+        assert np.array_equal(c[k], want[k]), k
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 120), st.integers(1, 4))
+def test_lesson_groups_are_the_consolidation_groups_with_their_anchors(seed, n_golems, cap, min_entries):
+    from golem.curator import lesson_groups, live_slots
+    rng = np.random.default_rng(seed)
+    c, count, golems = _slabs(rng, n_golems, cap)
+    c["category"][rng.random(c["category"].size) < 0.5] = gm.CATEGORIES.index("episode")
+    live = live_slots(golems, cap, count, c["id"])
+    now, age = 60 * DAY, 30.0
+    rows = {k: c[k].reshape(-1, cap)[golems] for k in c}
+    slots = golems[:, None] * cap + np.arange(cap)
+    owner = np.repeat(np.arange(golems.size), cap)
+    groups = consolidation_groups(rows["scope"].ravel(), rows["topic"].ravel(), rows["created_ms"].ravel(),
+                                  rows["consolidated"].ravel(), np.where(live, rows["category"], -1).ravel(), now,
+                                  min_entries, age, owner)
+    want_members = [slots.ravel()[g] for g in groups]
+    want_anchor = [m[np.lexsort((m, -c["salience"][m]))[0]] for m in want_members]
+    consolidated = c["consolidated"].copy()
+    for m in want_members:
+        consolidated[m] = True
+    grp_row, anchors, starts, members = lesson_groups(
+        golems, cap, live, c["scope"], c["topic"], c["created_ms"], c["consolidated"], c["category"], c["salience"],
+        now, min_entries, age * DAY, gm.CATEGORIES.index("episode"))
+    assert grp_row.tolist() == [int(owner[g[0]]) for g in groups]
+    assert anchors.tolist() == [int(a) for a in want_anchor]
+    assert [members[a:b].tolist() for a, b in zip(starts[:-1], starts[1:])] == [m.tolist() for m in want_members]
+    assert np.array_equal(c["consolidated"], consolidated)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 120), st.sampled_from([0.3, 0.7]))
+def test_heat_and_flags_match_the_numpy_expressions(seed, n_golems, cap, low):
+    from golem.curator import heat_and_flags, live_slots
+    rng = np.random.default_rng(seed)
+    c, count, golems = _slabs(rng, n_golems, cap)
+    live = live_slots(golems, cap, count, c["id"])
+    n = c["id"].size
+    heat_col, low_conf = rng.random(n).astype(np.float32), rng.random(n) < 0.5
+    want_heat, want_low = heat_col.copy(), low_conf.copy()
+    acc = c["access_count"].reshape(-1, cap)[golems]
+    h, v = want_heat.reshape(-1, cap), want_low.reshape(-1, cap)
+    h[golems] = np.where(live, heat(np.where(live, acc, 0).astype(np.float64)), h[golems])
+    flag = live & (c["confidence"].reshape(-1, cap)[golems] < low) & (acc >= 3)
+    v[golems] = np.where(live, flag, v[golems])
+    n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, low, 3)
+    assert n_low.tolist() == flag.sum(axis=1).tolist()
+    assert np.array_equal(heat_col, want_heat) and np.array_equal(low_conf, want_low)
