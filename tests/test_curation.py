@@ -516,3 +516,25 @@ def test_heat_and_flags_match_the_numpy_expressions(seed, n_golems, cap, low):
     n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, low, 3)
     assert n_low.tolist() == flag.sum(axis=1).tolist()
     assert np.array_equal(heat_col, want_heat) and np.array_equal(low_conf, want_low)
+
+
+def test_lessons_of_several_golems_and_a_refused_write():
+    """Three Golems due at once: 0 has room for its two lessons, 1's slab is full of protected
+    episodes (its lesson is refused: no ids, no links, its episodes still consolidated), 2 has one
+    group. Ids come in Golem order, each lesson linked to its own group's members."""
+    from golem.curator import passes
+    gr = gm.Grimoire(3, 8, 4)
+    old = dict(topic=np.int32(7), scope=np.int32(0), window_ms=np.inf, decay_class=gm.REGIME, created_ms=0)
+    gr.insert(np.zeros(3, np.int64), np.ones((3, 4)), dict(old, salience=np.float32(0.3)))
+    gr.insert(np.zeros(3, np.int64), np.ones((3, 4)), dict(old, salience=np.float32(0.3), topic=np.int32(8)))
+    gr.insert(np.ones(8, np.int64), np.ones((8, 4)), dict(old, salience=np.float32(0.75)))   # full, all protected
+    gr.insert(np.full(3, 2), np.ones((3, 4)), dict(old, salience=np.array([0.2, 0.5, 0.5], np.float32),
+                                                   p=np.array([0.1, 0.2, 0.3], np.float32), has_tag=True))
+    m = _Mind(gr, _cfg())
+    out = passes(m, np.array([0, 1, 2]), 40 * DAY)
+    ids = [row["lessons"] for row in out]
+    assert [len(x) for x in ids] == [2, 0, 1] and ids[0][0] < ids[0][1] < ids[2][0]
+    assert gr.links[ids[0][0]] == (0, 1, 2) and gr.links[ids[0][1]] == (3, 4, 5)
+    assert gr.links[ids[2][0]] == tuple(gr.cols["id"][16:19].tolist())
+    assert gr.cols["consolidated"][8:16].all()                     # refused, yet consolidated
+    assert gr.cols["p"][gr.slot_of(ids[2][0])] == np.float32(0.2)   # framed on the first of the most salient
