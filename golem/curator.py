@@ -183,18 +183,18 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     return out
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def live_slots(golems, cap, count, ids):
     """(Golems x capacity) mask of the slots holding an entry: below the count and with an id."""
     live = np.zeros((golems.size, cap), dtype=np.bool_)
-    for r in prange(golems.size):
+    for r in range(golems.size):
         base = golems[r] * cap
         for j in range(count[golems[r]]):
             live[r, j] = ids[base + j] >= 0
     return live
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias,
                            category, outcome, raw_outcome, confidence, calm, balance, valence_gain, arousal_floor,
                            arousal_gain, minority_threshold, high_arousal, insight, validation, contradiction):
@@ -207,15 +207,15 @@ def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a
     with `balance` the `curator_weights` of those entries. Step 2 when the Golem is calm: its
     arousal-biased insights get the outcome their evidence gave (raw_outcome), confidence +
     validation where the signs agree, - contradiction where not, clipped in float64 and stored in
-    float32. Golems touch only their own slabs, so they are spread over numba's threads."""
+    float32."""
     n = golems.size
     fig = np.zeros((n, 4))
     cnt = np.zeros((n, 5), dtype=np.int64)
-    for r in prange(n):
+    pt = np.empty(cap)
+    at = np.empty(cap)
+    for r in range(n):
         g = golems[r]
         base = g * cap
-        pt = np.empty(cap)
-        at = np.empty(cap)
         k = 0
         nt = 0
         for j in range(cap):
@@ -347,11 +347,11 @@ def _slab_max(golems, cap, live, values):
     return top
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table, low_flag,
                     low_flag_accesses):
     n_low = np.zeros(golems.size, dtype=np.int64)
-    for r in prange(golems.size):
+    for r in range(golems.size):
         base = golems[r] * cap
         t = table[top[r]]
         for j in range(cap):
