@@ -1,6 +1,8 @@
 """Curator (SPEC §7): counter emotional lock-in by rebalancing, re-evaluating and consolidating.
 
-The formulas of the spec come first, then the pass (`passes`, batched over the Golems due).
+The formulas of the spec come first, as plain Python and numpy (the references the pass's kernels
+are tested against, in tests/test_curation.py), then the pass (`passes`, batched over the Golems
+due, a few numba kernels that compute exactly what the formulas do).
 """
 from __future__ import annotations
 
