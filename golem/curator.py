@@ -143,7 +143,7 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     if golems.size == 0:
         return []
     n = golems.size
-    live = live_slots(golems, gr.capacity, gr.count, c["id"])
+    live = gr.live_rows(golems)
     # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
     # insights when calm (the counterfactual re-run without the mood's bias)
     calm = pop.pad[golems, 1] < cu.calm_arousal
@@ -183,17 +183,6 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     for row, ids, lo, hi in zip(out, lesson_ids, prop_bounds[:-1], prop_bounds[1:]):
         row.update(lessons=ids, reflex_proposals=prop_ids[lo:hi], reflex_applied=applied and hi > lo, balance=bool(cu.balance))
     return out
-
-
-@njit(cache=True)
-def live_slots(golems, cap, count, ids):
-    """(Golems x capacity) mask of the slots holding an entry: below the count and with an id."""
-    live = np.zeros((golems.size, cap), dtype=np.bool_)
-    for r in range(golems.size):
-        base = golems[r] * cap
-        for j in range(count[golems[r]]):
-            live[r, j] = ids[base + j] >= 0
-    return live
 
 
 @njit(cache=True)

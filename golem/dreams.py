@@ -36,7 +36,7 @@ def select_replay(gr: Grimoire, golems: np.ndarray, now_ms: int, budget: int, ha
     c = gr.cols
     golems = np.asarray(golems, dtype=np.int64)
     slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
-    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0) & (c["status"][slots] != ARCHIVED)
+    live = gr.live_rows(golems) & (c["status"][slots] != ARCHIVED)
     if score_fn is None:
         scores = intensity_now(gr, slots, now_ms, half_life_days, boost) * c["importance"][slots]
     else:   # fingerprints are large (1.25 KB an entry): slab by slab
@@ -80,7 +80,7 @@ def dream_batch(gr: Grimoire, golems: np.ndarray, now_ms: int, cfg, score_fn=Non
     after_a = c["a"][r]
     # synaptic homeostasis over every live entry, the salient ones kept as they were
     slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
-    live = (np.arange(gr.capacity) < gr.count[golems][:, None]) & (c["id"][slots] >= 0)
+    live = gr.live_rows(golems)
     imp = c["importance"].reshape(gr.n_golems, gr.capacity)
     pre = imp[golems]
     salient = c["salience"][slots] >= 0.7

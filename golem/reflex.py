@@ -106,7 +106,7 @@ def proposals(gr, golems: np.ndarray, now_ms: int, min_acted: int, window_days: 
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     ids, acted, last, rf = (c[k].reshape(gr.n_golems, gr.capacity)[golems]
                             for k in ("id", "acted_on_count", "last_acted_ms", "reflex"))
-    ok = ((np.arange(gr.capacity) < gr.count[golems][:, None]) & (ids >= 0) & ~rf & (acted >= min_acted)
+    ok = (gr.live_rows(golems) & ~rf & (acted >= min_acted)
           & (now_ms - last <= window_days * 86_400_000))
     ok[ok] = np.isin(ids[ok], np.fromiter(gr.phrases, dtype=np.int64, count=len(gr.phrases)))
     owner, col = np.nonzero(ok)

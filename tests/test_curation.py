@@ -449,10 +449,11 @@ def _balance_reference(golems, cap, live, last_ms, c, calm, cu, high, validation
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 160), st.booleans(), st.sampled_from([0.0, 0.2, 0.5]))
 def test_balance_kernel_matches_the_numpy_expressions(seed, n_golems, cap, balance, minority):
-    from golem.curator import balance_and_reevaluate, live_slots
+    from golem.curator import balance_and_reevaluate
+    from golem.grimoire import _live_rows
     rng = np.random.default_rng(seed)
     c, count, golems = _slabs(rng, n_golems, cap)
-    live = live_slots(golems, cap, count, c["id"])
+    live = _live_rows(golems, cap, count, c["id"])
     assert live.tolist() == ((np.arange(cap) < count[golems][:, None]) & (c["id"].reshape(-1, cap)[golems] >= 0)).tolist()
     last_ms = rng.integers(-1, 40, n_golems) * DAY
     calm = rng.random(golems.size) < 0.6
@@ -472,7 +473,8 @@ def test_balance_kernel_matches_the_numpy_expressions(seed, n_golems, cap, balan
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 120), st.integers(1, 4))
 def test_lesson_groups_are_the_consolidation_groups_with_their_anchors(seed, n_golems, cap, min_entries):
-    from golem.curator import lesson_groups, live_slots
+    from golem.curator import lesson_groups
+    from golem.grimoire import _live_rows as live_slots
     rng = np.random.default_rng(seed)
     c, count, golems = _slabs(rng, n_golems, cap)
     c["category"][rng.random(c["category"].size) < 0.5] = gm.CATEGORIES.index("episode")
@@ -501,7 +503,8 @@ def test_lesson_groups_are_the_consolidation_groups_with_their_anchors(seed, n_g
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 120), st.sampled_from([0.3, 0.7]))
 def test_heat_and_flags_match_the_numpy_expressions(seed, n_golems, cap, low):
-    from golem.curator import heat_and_flags, live_slots
+    from golem.curator import heat_and_flags
+    from golem.grimoire import _live_rows as live_slots
     rng = np.random.default_rng(seed)
     c, count, golems = _slabs(rng, n_golems, cap)
     live = live_slots(golems, cap, count, c["id"])
