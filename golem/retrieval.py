@@ -209,7 +209,7 @@ def recall(gr: Grimoire, slots: np.ndarray, shadow: np.ndarray, now_ms: int) -> 
     c = gr.cols
     got = kernels.recall_served(np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(shadow, dtype=np.int64),
                                 np.int64(now_ms), c["last_access_ms"], c["access_count"], c["acted_on_count"],
-                                c["last_acted_ms"], c["id"], c["topic"], c["has_outcome"], c["confidence"], c["outcome"])
+                                c["last_acted_ms"], *(c[name] for name in SERVED_COLUMNS[:-1]))   # access_count is above
     return dict(zip(SERVED_COLUMNS + ("shadow_id",), got))   # the kernel returns them in this order
 
 
