@@ -7,6 +7,7 @@ due, a few numba kernels that compute exactly what the formulas do).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, prange
@@ -128,7 +129,37 @@ def curate(mind, g: int, now_ms: int) -> dict:
 
 def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     """Curator passes (SPEC §7) for `golems` (ascending ids) at once; returns the figures of their
-    `events` rows.
+    `events` rows, one dict each (`pass_columns` gives them as columns)."""
+    f = pass_columns(mind, golems, now_ms)
+    if f is None:
+        return []
+    out = [dict(zip(f.cols, vals)) for vals in zip(*(v.tolist() for v in f.cols.values()))]
+    lessons, props, bounds = f.lessons.tolist(), f.proposals.tolist(), f.lesson_bounds.tolist()
+    pb = f.proposal_bounds.tolist()
+    for i, row in enumerate(out):
+        row.update(lessons=lessons[bounds[i]:bounds[i + 1]], reflex_proposals=props[pb[i]:pb[i + 1]],
+                   reflex_applied=f.applied and pb[i + 1] > pb[i], balance=f.balance)
+    return out
+
+
+@dataclass
+class PassFigures:
+    """The figures of a batch of curator passes, a row per Golem: `cols` (numbers), each Golem's
+    lesson ids (`lessons[lesson_bounds[i]:lesson_bounds[i + 1]]`) and reflex proposals
+    (`proposals[proposal_bounds[i]:...]`, entry ids), whether proposals were applied, and
+    whether the balance step reweighted."""
+    cols: dict[str, np.ndarray]
+    lessons: np.ndarray
+    lesson_bounds: np.ndarray
+    proposals: np.ndarray
+    proposal_bounds: np.ndarray
+    applied: bool
+    balance: bool
+
+
+def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
+    """Curator passes (SPEC §7) for `golems` (ascending ids) at once; their figures as columns
+    (None for no Golem).
 
     Each step is a kernel over the due Golems' slabs (masked to the entries live at the start of
     the pass) that does what the numpy expressions of tests/test_curation.py do, sum for sum. A
@@ -141,7 +172,7 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     c = gr.cols
     golems = np.asarray(golems, dtype=np.int64)
     if golems.size == 0:
-        return []
+        return None
     n = golems.size
     live = gr.live_rows(golems)
     # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
@@ -173,16 +204,14 @@ def passes(mind, golems: np.ndarray, now_ms: int) -> list[dict]:
     if applied:
         reflex.promote(gr, props)
     pop.curator_last_ms[golems] = now_ms
-    prop_ids = c["id"][props].tolist()
-    prop_bounds = np.searchsorted(owners, np.arange(n + 1)).tolist()
     cols = dict(n_entries=cnt[:, 0], n_tagged=cnt[:, 1], mean_valence=fig[:, 2], mean_arousal=fig[:, 3],
                 valence_correction=fig[:, 0], arousal_correction=fig[:, 1], reweighted=cnt[:, 2], reevaluated=cnt[:, 3],
                 reevaluation_contradicted=cnt[:, 4], promoted=n_up, demoted=n_down,
                 archived=n_archived, low_confidence=low_conf)
-    out = [dict(zip(cols, vals)) for vals in zip(*(v.tolist() for v in cols.values()))]
-    for row, ids, lo, hi in zip(out, lesson_ids, prop_bounds[:-1], prop_bounds[1:]):
-        row.update(lessons=ids, reflex_proposals=prop_ids[lo:hi], reflex_applied=applied and hi > lo, balance=bool(cu.balance))
-    return out
+    sizes = np.fromiter(map(len, lesson_ids), dtype=np.int64, count=n)
+    return PassFigures(cols, np.fromiter((e for ids in lesson_ids for e in ids), dtype=np.int64, count=int(sizes.sum())),
+                       np.concatenate([[0], np.cumsum(sizes)]), c["id"][props].astype(np.int64),
+                       np.searchsorted(owners, np.arange(n + 1)).astype(np.int64), applied, bool(cu.balance))
 
 
 @njit(cache=True)

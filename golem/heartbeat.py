@@ -50,20 +50,27 @@ class Observation:
 
 @dataclass
 class EventBatch:
-    """Events of one kind for many Golems at once, as columns (no other Golem): an item of
+    """Events for many Golems at once, as columns (no other Golem): an item of
     `TickOutput.events` beside single-event dicts, recorded in its place in that list.
 
     `payload`, when given, holds the rows' payload objects as columns: key -> an array of one
-    number or bool per row, or a list of one list of ints per row. Each row is recorded as the
-    JSON a dict event's payload of those values would be."""
+    number or bool per row, a list of one list of ints per row, or such lists as a pair (values,
+    offsets: row i holds values[offsets[i]:offsets[i + 1]]). Each row is recorded as the JSON a
+    dict event's payload of those values would be.
+
+    Rows of several kinds (in the order they happened, e.g. each curator pass followed by its
+    reflex proposals): `kind` is a tuple of kinds, `kind_code` each row's index into it, and
+    `payload` a tuple of one such dict per kind, its columns spanning all rows and read at that
+    kind's rows only."""
     time_ms: int
-    kind: str
+    kind: str | tuple[str, ...]
     golem_id: np.ndarray
     clade_id: np.ndarray
     tick: np.ndarray
     entry_id: np.ndarray
     value: np.ndarray
-    payload: dict | None = None
+    payload: dict | tuple[dict, ...] | None = None
+    kind_code: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.golem_id.size
@@ -633,20 +640,47 @@ class Mind:
         nth = pop.tick[ix] + 1
         if cfg.curator.enabled:
             due = ix[nth % cfg.curator.every_ticks == 0]
-            # one event per Golem, each followed by its reflex proposals (single events: a batch
-            # cut at every Golem with proposals was mostly batches of one, dearer than dicts)
-            for g, figures in zip(due, curatorm.passes(self, due, obs.now_ms)):
-                out.events.append(self._event(obs.now_ms, int(g), "curator", value=figures["valence_correction"],
-                                              payload=figures))
-                for eid in figures["reflex_proposals"]:
-                    out.events.append(self._event(obs.now_ms, int(g), "reflex_proposal", entry_id=eid,
-                                                  payload={"applied": figures["reflex_applied"]}))
+            f = curatorm.pass_columns(self, due, obs.now_ms)
+            if f is not None:
+                out.events.append(self._curator_events(obs.now_ms, due, f))
         if cfg.contrarian.enabled:
             due = nth % cfg.contrarian.every_ticks == 0
             if due.any():
                 figs = contrarian.pass_(self, ix[due], query[due], pop.pad[ix[due]], obs.now_ms)
                 out.events.append(self._events(obs.now_ms, ix[due], "contrarian", -1,
                                                [float(len(ids)) for ids in figs["ids"]], payload=figs))
+
+    def _curator_events(self, now_ms: int, due: np.ndarray, f) -> EventBatch:
+        """One `curator` event per Golem, each followed by its `reflex_proposal` events (entry id,
+        {"applied": ...}), as one batch of both kinds in that order."""
+        n, pb = due.size, f.proposal_bounds
+        n_props = np.diff(pb)
+        first = np.arange(n) + pb[:-1]                   # each Golem's curator row
+        rows = n + int(pb[-1])
+        code = np.ones(rows, dtype=np.int8)
+        code[first] = 0
+        owner = np.repeat(np.arange(n), n_props + 1)     # row -> its Golem's position in `due`
+        entry = np.full(rows, -1, dtype=np.int64)
+        entry[code == 1] = f.proposals
+        value = np.full(rows, np.nan)
+        value[first] = f.cols["valence_correction"]
+
+        def spread(v):                                    # a Golem's figure on its curator row
+            return np.asarray(v)[owner]
+        curator = {k: spread(v) for k, v in f.cols.items()}
+        empty = np.zeros(0, dtype=np.int64)
+        lesson_sizes = np.zeros(rows, dtype=np.int64)
+        lesson_sizes[first] = np.diff(f.lesson_bounds)
+        prop_sizes = np.zeros(rows, dtype=np.int64)
+        prop_sizes[first] = n_props
+        curator.update(lessons=(f.lessons, np.concatenate([[0], np.cumsum(lesson_sizes)])),
+                       reflex_proposals=(f.proposals if f.proposals.size else empty, np.concatenate([[0], np.cumsum(prop_sizes)])),
+                       reflex_applied=spread(f.applied & (n_props > 0)), balance=np.full(rows, f.balance))
+        proposal = {"applied": np.full(rows, f.applied)}
+        golems = due.astype(np.int64)[owner]
+        return EventBatch(time_ms=now_ms, kind=("curator", "reflex_proposal"), kind_code=code, golem_id=golems,
+                          clade_id=self.pop.clade[golems].astype(np.int64), tick=self.pop.tick[golems].astype(np.int64),
+                          entry_id=entry, value=value, payload=(curator, proposal))
 
     def _heartbeat_rows(self, out, ix, obs, path, s, dd, ac, rf, v, phase) -> None:
         pop = self.pop

@@ -455,12 +455,14 @@ def signed_fixed2(x) -> pa.Array:
 
 def json_objects(columns: dict) -> pa.Array:
     """Row i: the JSON `json.dumps({k: v[i] ...}, sort_keys=True)` writes, from (at least one)
-    columns: bool arrays, integer arrays, float arrays (`json_floats`), or string arrays already
-    holding JSON text (`json_int_lists`)."""
+    columns: bool arrays, integer arrays, float arrays (`json_floats`), Arrow lists of ints, or
+    string arrays already holding JSON text (`json_int_lists`)."""
     parts: list = []
     for j, key in enumerate(sorted(columns)):
         v = columns[key]
-        if isinstance(v, pa.Array):
+        if isinstance(v, pa.Array) and pa.types.is_list(v.type):
+            text = join_strings("[", pc.binary_join(pc.cast(v, pa.list_(pa.string())), ", "), "]")
+        elif isinstance(v, pa.Array):
             text = v
         elif v.dtype == np.bool_:
             text = Names(("false", "true"), v.astype(np.int8))
@@ -470,6 +472,27 @@ def json_objects(columns: dict) -> pa.Array:
             text = json_floats(v)
         parts += [("{" if j == 0 else ", ") + json.dumps(key) + ": ", text]
     return join_strings(*parts, "}")
+
+
+def json_objects_by_kind(columns: dict) -> pa.Array:
+    """`json_objects` for rows of several kinds with different keys: row i holds the columns named
+    "<k>:<key>" for its kind k = columns["kind"][i] (every column spans all rows)."""
+    kind = np.asarray(columns["kind"])
+    keys: dict[int, dict] = {}
+    for name, v in columns.items():
+        if name != "kind":
+            k, key = name.split(":", 1)
+            keys.setdefault(int(k), {})[key] = v
+    pieces, rows = [], []
+    for k in np.unique(kind).tolist():
+        at = np.flatnonzero(kind == k)
+        cols = {key: v.take(pa.array(at)) if isinstance(v, pa.Array) else np.asarray(v)[at]
+                for key, v in keys.get(k, {}).items()}
+        pieces.append(json_objects(cols) if cols else pa.repeat(pa.scalar("{}", pa.string()), at.size))
+        rows.append(at)
+    where = np.empty(kind.size, dtype=np.int64)
+    where[np.concatenate(rows)] = np.arange(kind.size)
+    return pa.concat_arrays(pieces).take(pa.array(where))
 
 
 def json_int_lists(rows: list) -> pa.Array:

@@ -25,6 +25,7 @@ from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
 from sim.recorder import (Formatted, Lists, Names, join_strings, json_floats, json_int_lists, json_ints, json_objects,
+                          json_objects_by_kind,
                           json_strings, signed_fixed2)
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import Scenario, parse_duration
@@ -62,6 +63,18 @@ def _contagion_payload(c: dict) -> pa.Array:
 
 _EVENT_NUMBERS = {"time_ms": np.int64, "golem_id": np.int64, "clade_id": np.int64, "tick": np.int64, "entry_id": np.int64,
                   "other_golem": np.int64, "value": np.float64}
+
+
+def _payload_column(v):
+    """An `EventBatch` payload column as `json_objects` takes it: lists of ints as JSON text (a
+    list of lists: Python; a (values, offsets) pair: Arrow, on the writer thread), numbers as numpy."""
+    if isinstance(v, list):
+        return json_int_lists(v)
+    if isinstance(v, tuple):
+        values, offsets = v
+        return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)),
+                                        pa.array(np.asarray(values, dtype=np.int64)))
+    return np.array(v)
 
 
 def _strings(a) -> pa.Array:
@@ -542,14 +555,19 @@ class World:
         n = len(b)
         if not n:
             return
-        if b.payload:
-            # lists of ints become JSON text here (Python); the objects are assembled by Arrow on
-            # the writer thread, the same text `_payload_json` writes for the dicts
-            cols = {k: json_int_lists(v) if isinstance(v, list) else np.array(v) for k, v in b.payload.items()}
-            payload = Formatted(json_objects, cols, n)
+        # the objects are assembled by Arrow on the writer thread, the same text `_payload_json`
+        # writes for the dicts
+        if isinstance(b.kind, tuple):       # rows of several kinds, a payload dict per kind
+            cols = {"kind": np.asarray(b.kind_code)}
+            for k, pl in enumerate(b.payload):
+                cols.update({f"{k}:{key}": _payload_column(v) for key, v in pl.items()})
+            payload = Formatted(json_objects_by_kind, cols, n)
+            kind = Names(b.kind, b.kind_code)
         else:
-            payload = pa.repeat(pa.scalar("{}", pa.string()), n)
-        self._record_event_columns(b.time_ms, b.kind, b.golem_id, b.clade_id, b.tick, b.entry_id,
+            payload = (Formatted(json_objects, {k: _payload_column(v) for k, v in b.payload.items()}, n) if b.payload
+                       else pa.repeat(pa.scalar("{}", pa.string()), n))
+            kind = b.kind
+        self._record_event_columns(b.time_ms, kind, b.golem_id, b.clade_id, b.tick, b.entry_id,
                                    np.full(n, -1, dtype=np.int64), b.value, payload)
 
     def _record_contagion(self, c: dict) -> None:
@@ -563,14 +581,15 @@ class World:
         self._record_event_columns(c["time_ms"], "contagion", c["golem_id"], c["clade_id"], c["tick"], c["entry_id"],
                                    c["other_golem"], c["value"], payload)
 
-    def _record_event_columns(self, time_ms: int, kind: str, golem_id, clade_id, tick, entry_id, other_golem, value,
-                              payload: pa.Array | Formatted) -> None:
-        """Events of one kind at one instant, given as columns (the next `seq` numbers in row order)."""
+    def _record_event_columns(self, time_ms: int, kind: str | Names, golem_id, clade_id, tick, entry_id, other_golem,
+                              value, payload: pa.Array | Formatted) -> None:
+        """Events at one instant, given as columns (the next `seq` numbers in row order); `kind`
+        one for all rows, or each row's."""
         n = len(golem_id)
         self.rec.add("events", dict(
             time_ms=np.full(n, time_ms, dtype=np.int64), seq=self._next_seq(n), golem_id=golem_id, clade_id=clade_id,
-            tick=tick, kind=pa.repeat(pa.scalar(kind, pa.string()), n), entry_id=entry_id, other_golem=other_golem,
-            value=value, payload=payload))
+            tick=tick, kind=kind if isinstance(kind, Names) else pa.repeat(pa.scalar(kind, pa.string()), n),
+            entry_id=entry_id, other_golem=other_golem, value=value, payload=payload))
 
     def _record_snapshot(self, s: dict) -> None:
         A = len(self.tape.assets)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.recorder import (SCHEMAS, SORT_KEYS, Formatted, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
-                          json_int_lists, json_objects, json_strings, list_column, read_table, signed_fixed2,
+                          json_int_lists, json_objects, json_objects_by_kind, json_strings, list_column, read_table, signed_fixed2,
                           write_options)
 
 KINDS = ("flashbulb", "curator", "dream")
@@ -155,6 +155,23 @@ def test_json_objects_are_what_json_writes_for_the_dicts(cols):
     want = [_payload_json({"mood_p": f, "pool_n": i, "balance": b, "ids": ids, "a_first": i % 7})
             for f, i, b, ids in zip(floats, ints, bools, lists)]
     assert got.to_pylist() == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(EDGE_FLOATS),
+                          st.lists(st.integers(-1, 2**40), max_size=4), st.booleans()), min_size=1, max_size=12))
+def test_json_objects_by_kind_are_what_json_writes_for_each_rows_dict(rows):
+    """Rows of two kinds with different keys (a curator pass and its reflex proposals), lists of
+    ints as (values, offsets): each row's text is the JSON of its own kind's dict."""
+    from sim.world import _payload_column, _payload_json
+    kind = np.array([int(k) for k, _, _, _ in rows], dtype=np.int8)
+    lists = [ids for _, _, ids, _ in rows]
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in lists])])
+    values = np.array([e for x in lists for e in x], dtype=np.int64)
+    cols = {"kind": kind, "0:mean": np.array([f for _, f, _, _ in rows]), "0:lessons": _payload_column((values, offsets)),
+            "1:applied": np.array([b for _, _, _, b in rows])}
+    want = [_payload_json({"mean": f, "lessons": ids} if not k else {"applied": b}) for k, f, ids, b in rows]
+    assert json_objects_by_kind(cols).to_pylist() == want
 
 
 def test_json_strings_ints_and_joins():
