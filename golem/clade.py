@@ -57,8 +57,8 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
         after = before.copy()
         after[:, :2] = np.clip(before[:, :2] + tag[:2] * attenuation, -1.0, 1.0)   # D is sovereign
         pop.pad[recv] = after
-        conf = np.array([gm.initial_confidence(cfg.confidence.inherited, a, cfg.arousal.encoding_peak,
-                                               cfg.arousal.encoding_width) for a in before[:, 1].tolist()])
+        conf = gm.initial_confidence_batch(cfg.confidence.inherited, before[:, 1], cfg.arousal.encoding_peak,
+                                           cfg.arousal.encoding_width)
         staged.append((sender, entry, alert_type, recv, latency_ms, tag, before, after, conf))
     if not staged:
         return 0, []

@@ -58,6 +58,19 @@ def test_effective_window_and_status():
     assert gm.status_at(0, 0, math.inf) == gm.ACTIVE
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0, 1), st.floats(-1, 1), st.floats(0.05, 2),
+       st.lists(st.floats(-1, 1) | st.sampled_from([-1.0, 0.0, 0.3, 1.0, 0.29999999999999993, -0.0]), max_size=50),
+       st.integers(0, 2**32 - 1))
+def test_initial_confidence_batch_is_the_scalar_bit_for_bit(source, peak, width, arousals, seed):
+    """A Clade push's copies: the batch gives each receiver what `initial_confidence` gives it,
+    to the last bit (values where numpy's pow/exp or x * x would differ come with the random ones)."""
+    a = np.concatenate([np.array(arousals, dtype=np.float64), np.random.default_rng(seed).uniform(-1, 1, 2000)])
+    got = gm.initial_confidence_batch(source, a, peak, width)
+    want = np.array([gm.initial_confidence(source, x, peak, width) for x in a.tolist()])
+    assert got.tobytes() == want.tobytes()
+
+
 def test_confidence_at_encoding_and_propagation():
     assert gm.initial_confidence(0.9, 0.3) == pytest.approx(0.9)
     assert gm.initial_confidence(0.6, 0.9) == pytest.approx(0.6 * math.exp(-0.5))
