@@ -435,10 +435,10 @@ class Mind:
                      event_kind="")
         dom = d < -0.3
         if dom.any():
-            cand.add(prev_ctx[dom], self.topic_names(asset[dom], "dominance-correction"), **_sel(common, dom),
+            cand.add(prev_ctx[dom], self.topic_names(asset[dom], "dominance-correction"),
+                     **{**_sel(common, dom), "force_internal": True},
                      seq=31, kind=K_DOMINANCE, role=ROLE_INS, category=CAT["insight"], decay_class=gm.TACTICAL,
                      source_conf=cfg.confidence.inferred, importance=0.5, outcome=0.0, has_outcome=False, event_kind="")
-            cand.cols["force_internal"][-1][:] = True
         harsh = p < -0.7
         for i in np.flatnonzero(harsh):
             truth = float(np.tanh(cfg.appraisal.k_p * s["tick_pnl"][i] / max(s["value"][i], 1e-9)))
@@ -465,11 +465,11 @@ class Mind:
             pop.fb_times[g, int(np.argmin(pop.fb_times[g]))] = now
             out.events.append(self._event(now, g, "flashbulb", value=float(a[i]), payload=payload))
         if fired.any():
-            cand.add(dd["query"][fired], self.topic_names(asset[fired], "flashbulb"), **_sel(common, fired),
+            cand.add(dd["query"][fired], self.topic_names(asset[fired], "flashbulb"),
+                     **{**_sel(common, fired), "flashbulb": True},
                      seq=40, kind=K_FLASH, role=ROLE_OBS, category=CAT["episode"], decay_class=gm.STRUCTURAL,
                      source_conf=cfg.confidence.own, importance=1.0, outcome=outcome[fired], has_outcome=True,
                      event_kind="")
-            cand.cols["flashbulb"][-1][:] = True
         written = write(cfg, gr, cand, now) if cand.emb else None
         n_written = np.zeros(n, dtype=np.int64)
         tier = dd["tier"].copy()

@@ -46,8 +46,13 @@ class Candidates:
             if k not in self.cols and have_before:
                 self.cols[k] = [np.full(have_before, v, dtype=object if isinstance(v, str) else None)]
         for k, v in cols.items():
-            arr = np.asarray(v, dtype=object) if isinstance(v, str) else np.asarray(v)
-            self.cols.setdefault(k, []).append(np.broadcast_to(arr, (n,)).copy())
+            # copies (the caller may change its arrays before build()); a row per candidate
+            if isinstance(v, np.ndarray) and v.shape == (n,):
+                chunk = v.copy()
+            else:
+                arr = np.asarray(v, dtype=object) if isinstance(v, str) else np.asarray(v)
+                chunk = np.full(n, arr, dtype=arr.dtype) if arr.ndim == 0 else np.broadcast_to(arr, (n,)).copy()
+            self.cols.setdefault(k, []).append(chunk)
 
     def build(self) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
         if not self.emb:
