@@ -63,4 +63,4 @@ def label_batch(cfg, p, a, recent_losses, failed_attempts, probe_high) -> np.nda
     frustration = (p < 0) & (recent_losses >= e.recurring_loss_min)
     success = (p > 0) & (failed_attempts > e.success_after_failures)
     risk = ((a > e.risk_arousal) & (p < 0)) | probe_high
-    return np.select([frustration, success, risk], [1, 2, 3], 0).astype(np.int8)
+    return np.where(frustration, 1, np.where(success, 2, np.where(risk, 3, 0))).astype(np.int8)   # first that holds

@@ -210,8 +210,8 @@ class Grimoire:
         """
         golem = np.asarray(golem, dtype=np.int64)
         c = self.cols
-        slots = _pick_slots(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
-                            c["salience"], c["decay_class"], c["flashbulb"], c["status"])
+        slots, evicted = _pick_slots(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
+                                     c["salience"], c["decay_class"], c["flashbulb"], c["status"])
         ok = slots >= 0
         every = bool(ok.all())                      # the usual case: no row to drop
         n_ok = golem.size if every else int(ok.sum())
@@ -222,7 +222,7 @@ class Grimoire:
 
         def kept(v):
             return v if every else v[ok]
-        evicted = c["id"][s]
+        evicted = evicted if every else evicted[ok]    # = c["id"][s], read by the kernel beside the scan
         gone = None
         for side in (self.recall_when, self.links, self.phrases):   # most evicted entries have none
             if side:
@@ -325,6 +325,7 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
     order; Golems touch only their own slabs, so they are spread over numba's threads with the
     same result."""
     out = np.empty(golem.size, dtype=np.int64)
+    evicted = np.full(golem.size, -1, dtype=np.int64)   # the id each slot held (-1: none)
     order = np.argsort(golem, kind="mergesort")      # stable: a Golem's entries in batch order
     starts = np.empty(golem.size + 1, dtype=np.int64)
     n_groups = 0
@@ -346,6 +347,7 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
             base = g * cap
             if count[g] < cap:
                 out[i] = base + count[g]
+                evicted[i] = ids[base + count[g]]
                 decay_class[base + count[g]] = STRUCTURAL   # holds a new entry of this batch
                 count[g] += 1
                 continue
@@ -379,5 +381,6 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
                 decay_class[base + best] = STRUCTURAL  # holds a new entry of this batch: off-limits until written
                 buf[best] = np.inf
                 best += base
+                evicted[i] = ids[best]
             out[i] = best
-    return out
+    return out, evicted

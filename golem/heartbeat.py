@@ -285,7 +285,7 @@ class Mind:
         mom = np.where(np.isnan(past) | (t < dc.trend_window), 0.0, s["price"] / np.where(np.isnan(past), 1, past) - 1.0)
         trend = np.tanh(dc.trend_scale * pop.trend_scale[ix] * mom)
         strat = pop.strategy[ix]
-        base_sig = np.select([strat == 0, strat == 1], [trend, -trend], 1.0)
+        base_sig = np.where(strat == 0, trend, np.where(strat == 1, -trend, 1.0))
         def choose(m):
             signal = 0.5 * base_sig + dc.memory_weight * pop.memory_weight[ix] * m
             t = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
@@ -363,7 +363,7 @@ class Mind:
         pop.units[ix] += np.where(ok, dexp * value / price, 0.0)
         pop.cash[ix] -= np.where(ok, dexp * value, 0.0) + cost
         esc = cfg.escalation
-        tier_cost = np.select([dd["tier"] == 1, dd["tier"] == 2], [esc.t1_cost, esc.t2_cost], 0.0)
+        tier_cost = np.where(dd["tier"] == 1, esc.t1_cost, np.where(dd["tier"] == 2, esc.t2_cost, 0.0))
         pop.budget[ix] -= gas_cost + tier_cost
         pop.last_action[ix] = np.where(ok, 1, np.where(failed, -1, 0))
         pop.last_dexp[ix] = np.where(ok, dexp, 0.0)

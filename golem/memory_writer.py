@@ -78,8 +78,8 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     # flashbulbs bypass the gate (SPEC §3.3); so do entries the mind must keep whatever their
     # salience: death reflections and curator lessons (`force`)
     write = (s >= s_cfg.gate_min) | c["flashbulb"] | c.get("force", np.zeros(s.shape, bool)).astype(bool)
-    ttl = np.select([s < s_cfg.tier_14d, s < s_cfg.tier_30d], [s_cfg.ttl_days_low, s_cfg.ttl_days_mid],
-                    s_cfg.ttl_days_high).astype(np.float64)
+    ttl = np.where(s < s_cfg.tier_14d, s_cfg.ttl_days_low,
+                   np.where(s < s_cfg.tier_30d, s_cfg.ttl_days_mid, s_cfg.ttl_days_high)).astype(np.float64)
     dc = c["decay_class"].astype(np.int8)
     promote = (s >= s_cfg.promotion) & (dc < gm.REGIME)
     dc = np.where(promote, dc + 1, dc).astype(np.int8)
@@ -111,7 +111,7 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
                    0.0, 1.0)
     conf = np.where(c["has_tag"], conf, c["source_conf"])
     thr = cfg.arousal.attribution_dominance
-    att = np.select([c["d"] > thr, c["d"] < -thr], [1, 2], 0).astype(np.int8)
+    att = np.where(c["d"] > thr, 1, np.where(c["d"] < -thr, 2, 0)).astype(np.int8)
     att = np.where(c["force_internal"], 1, att).astype(np.int8)
     topic_codes = np.fromiter(map(topic_code, topics), dtype=np.int32, count=topics.size)
     values = {

@@ -195,9 +195,10 @@ def test_slot_picker_matches_the_reference(seed, n_golems, cap, batch):
     want = _reference_slots(golems, gr.count, cap, c["importance"], c["confidence"], c["salience"],
                             c["decay_class"], c["flashbulb"], c["status"])
     for many in (0, 3):     # the sorted path for a Golem's evictions beyond `many` (insert: MANY_EVICTIONS)
-        picked = gm._pick_slots(golems, gr.count.copy(), cap, c["id"], c["importance"], c["confidence"], c["salience"],
-                                c["decay_class"].copy(), c["flashbulb"], c["status"], many)
+        picked, held = gm._pick_slots(golems, gr.count.copy(), cap, c["id"], c["importance"], c["confidence"],
+                                      c["salience"], c["decay_class"].copy(), c["flashbulb"], c["status"], many)
         assert picked.tolist() == want
+        assert held.tolist() == [int(c["id"][t]) if t >= 0 else -1 for t in want]
     slots, ids = gr.insert(golems, rng.normal(size=(batch, 4)), dict(decay_class=gm.TACTICAL))
     assert slots.tolist() == want
     assert (ids[slots < 0] == -1).all() and len(set(ids[slots >= 0].tolist())) == int((slots >= 0).sum())
