@@ -588,25 +588,18 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
                   ids, topic, has_outcome, confidence, outcome):
     """What a recall does to the served entries, and the columns `decide` reads of them.
 
-    Pass 1, for every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so
-    no two rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1,
-    last_acted_ms = now. Pass 2 (after pass 1: numba runs prange loops one after the other) returns
-    column[safe] for ids, topic, has_outcome, confidence, outcome and access_count, each in its
-    column's dtype, safe = the slot or 0 for an empty one (as np.where(slots >= 0, slots, 0)), and
-    the ids at the shadow slots (max(shadow, 0)).
+    For every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so no two
+    rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1,
+    last_acted_ms = now; then it returns column[safe] for ids, topic, has_outcome, confidence,
+    outcome and access_count, each in its column's dtype, safe = the slot or 0 for an empty one (as
+    np.where(slots >= 0, slots, 0) after all the touches: empty cells are read in a last serial
+    pass, after the threaded one), and the ids at the shadow slots (max(shadow, 0)). A served
+    slot's touch and reads come together, while its cache lines are in.
 
     The served entries lie anywhere in their slabs and are no longer in cache after the scan, so
     every numpy gather or scatter of them is mostly cache misses, waited for one array after the
     other; here they are issued together, on numba's threads."""
     b, k = slots.shape
-    for i in prange(b):
-        for r in range(k):
-            s = slots[i, r]
-            if s >= 0:
-                last_access_ms[s] = now_ms
-                access_count[s] += 1
-                acted_on_count[s] += 1
-                last_acted_ms[s] = now_ms
     o_id = np.empty((b, k), ids.dtype)
     o_topic = np.empty((b, k), topic.dtype)
     o_has_out = np.empty((b, k), has_outcome.dtype)
@@ -616,14 +609,29 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     o_shadow = np.empty((b, k), ids.dtype)
     for i in prange(b):
         for r in range(k):
-            s = max(slots[i, r], 0)
+            o_shadow[i, r] = ids[max(shadow[i, r], 0)]
+            s = slots[i, r]
+            if s < 0:
+                continue
+            last_access_ms[s] = now_ms
+            access_count[s] += 1
+            acted_on_count[s] += 1
+            last_acted_ms[s] = now_ms
             o_id[i, r] = ids[s]
             o_topic[i, r] = topic[s]
             o_has_out[i, r] = has_outcome[s]
             o_conf[i, r] = confidence[s]
             o_out[i, r] = outcome[s]
             o_acc[i, r] = access_count[s]
-            o_shadow[i, r] = ids[max(shadow[i, r], 0)]
+    for i in range(b):      # empty cells read slot 0, once every touch is done
+        for r in range(k):
+            if slots[i, r] < 0:
+                o_id[i, r] = ids[0]
+                o_topic[i, r] = topic[0]
+                o_has_out[i, r] = has_outcome[0]
+                o_conf[i, r] = confidence[0]
+                o_out[i, r] = outcome[0]
+                o_acc[i, r] = access_count[0]
     return o_id, o_topic, o_has_out, o_conf, o_out, o_acc, o_shadow
 
 
