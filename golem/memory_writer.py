@@ -97,16 +97,16 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     if built is None:
         return None
     emb, c, topics = built
-    order = np.lexsort((c["seq"], c["golem"]))
-    emb, topics = emb[order], topics[order]
-    c = {k: v[order] for k, v in c.items()}
+    # scored as added (row by row, with IEEE operations only: the same bits in any order), then
+    # the written rows taken once, in write order (Golem id, then candidate order)
     sc = score_and_gate(cfg, c)
-    keep = sc["write"]
-    if not keep.any():
+    take = np.lexsort((c["seq"], c["golem"]))
+    take = take[sc["write"][take]]
+    if take.size == 0:
         return None
-    emb, topics = emb[keep], topics[keep]
-    c = {k: v[keep] for k, v in c.items()}
-    sc = {k: v[keep] for k, v in sc.items()}
+    emb, topics = emb[take], topics[take]
+    c = {k: v[take] for k, v in c.items()}
+    sc = {k: v[take] for k, v in sc.items()}
     conf = np.clip(c["source_conf"] * arousal_factor_batch(c["a"], cfg.arousal.encoding_peak, cfg.arousal.encoding_width),
                    0.0, 1.0)
     conf = np.where(c["has_tag"], conf, c["source_conf"])
