@@ -320,10 +320,10 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
     until the insert writes the entry. Once a Golem's slab is full it is scored branch-free into a
     buffer once (protected = +inf, archived = -1); each eviction then takes the first slot holding
     the buffer's minimum and sets it to +inf, which is what scoring the slab again would give, or,
-    for more than `many` of them (a Clade push brings a Golem dozens of copies at once),
-    the next of the buffer's smallest values in (value, slot) order, the same sequence. A Golem's entries are placed in batch
-    order; Golems touch only their own slabs, so they are spread over numba's threads with the
-    same result."""
+    for more than `many` of them (a Clade push brings a Golem dozens of copies at once), the next
+    of the buffer's smallest values in (value, slot) order, the same sequence. Also returns the id
+    each chosen slot held. A Golem's entries are placed in batch order; Golems touch only their
+    own slabs, so they are spread over numba's threads with the same result."""
     out = np.empty(golem.size, dtype=np.int64)
     evicted = np.full(golem.size, -1, dtype=np.int64)   # the id each slot held (-1: none)
     order = np.argsort(golem, kind="mergesort")      # stable: a Golem's entries in batch order

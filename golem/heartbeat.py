@@ -667,14 +667,14 @@ class Mind:
 
         def spread(v):                                    # a Golem's figure on its curator row
             return np.asarray(v)[owner]
+
+        def offsets(sizes):                               # a Golem's list on its curator row, none elsewhere
+            per_row = np.zeros(rows, dtype=np.int64)
+            per_row[first] = sizes
+            return np.concatenate([[0], np.cumsum(per_row)])
         curator = {k: spread(v) for k, v in f.cols.items()}
-        empty = np.zeros(0, dtype=np.int64)
-        lesson_sizes = np.zeros(rows, dtype=np.int64)
-        lesson_sizes[first] = np.diff(f.lesson_bounds)
-        prop_sizes = np.zeros(rows, dtype=np.int64)
-        prop_sizes[first] = n_props
-        curator.update(lessons=(f.lessons, np.concatenate([[0], np.cumsum(lesson_sizes)])),
-                       reflex_proposals=(f.proposals if f.proposals.size else empty, np.concatenate([[0], np.cumsum(prop_sizes)])),
+        curator.update(lessons=(f.lessons, offsets(np.diff(f.lesson_bounds))),
+                       reflex_proposals=(f.proposals, offsets(n_props)),
                        reflex_applied=spread(f.applied & (n_props > 0)), balance=np.full(rows, f.balance))
         proposal = {"applied": np.full(rows, f.applied)}
         golems = due.astype(np.int64)[owner]
