@@ -19,7 +19,8 @@ def vitality(budget, budget0, value, value0) -> np.ndarray:
 def phase_of(v, cfg) -> np.ndarray:
     """0 thriving > 0.7, 1 stable > 0.4, 2 conservation > 0.2, 3 declining > 0.1, 4 terminal."""
     m = cfg.mortality
-    return np.select([v > m.thriving, v > m.stable, v > m.conservation, v > m.declining], [0, 1, 2, 3], 4).astype(np.int8)
+    return np.where(v > m.thriving, 0, np.where(v > m.stable, 1, np.where(v > m.conservation, 2,
+                    np.where(v > m.declining, 3, 4)))).astype(np.int8)   # the first band that holds
 
 
 #: exposure scale per phase: conservation halves risk, declining quarters it, terminal stops trading

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import events, payloads, run_scenario, table
 from golem import flashbulb, grimoire as gm, mortality
+from golem.config import default_config
 from golem.retrieval import RetrievalParams, retrieve
 
 HERE = Path(__file__).resolve().parent
@@ -280,3 +281,12 @@ def test_mortality_in_slow_bleed(bleed_run):
     assert set(refl.filter(pl.col("provenance") == -1)["id"]) == set(deaths["entry_id"])
     phases = set(h["phase"])
     assert {"thriving", "terminal"} <= phases and len(phases) >= 3
+
+
+def test_mortality_phase_bands_by_hand():
+    """SPEC bands: thriving > 0.7, stable > 0.4, conservation > 0.2, declining > 0.1, else
+    terminal; a vitality exactly at a threshold falls into the band below."""
+    cfg = default_config()
+    v = np.array([1.0, 0.7000001, 0.7, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.0, -0.5, np.nan])
+    assert mortality.phase_of(v, cfg).tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4]
+
