@@ -1,36 +1,112 @@
-"""Appraisal (SPEC §2.1): observation -> PAD stimulus -> PAD, vectorised over a cohort.
+"""Appraisal (SPEC §2.1): what a tick's observation means to each Golem, as a PAD stimulus, and the
+two levels of affect it moves (emotion in minutes, mood in hours), vectorised over a cohort.
 
-The scalar formula is `golem.pad.appraise`; these twins apply it to arrays of Golems at once.
+The scalar formulas are `golem.pad.emotion_step` / `mood_step`; these twins apply them to arrays.
+Every term of the stimulus is a state of the market or of the Golem's book measured in simulated
+time (a rate, an exponentially weighted estimate with a half-life in seconds, a window), so the same
+market appraised at another cadence gives the same stimulus. The why of each constant is in
+docs/decisions.md ("Appraisal").
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from golem import pad as padm
 
+#: buckets of the outlook window (its return and high are kept per bucket: a day each at 30 days)
+OUTLOOK_BUCKETS = 30
 
-def stimulus(cfg, tick_pnl, value, prediction, contradicted, vol_ratio, regime_shift, probe_sev,
-             position_change, action_result, shock):
-    """(P, A, D) stimulus arrays, each clipped to [-1, 1].
 
-    P: tanh(k_p * pnl / value) + prediction (+1 hit, -1 miss, 0 none) * bonus - contradiction.
-    A: tanh(k_a * (vol / ref - 1)) + regime shift + probe severity + large own position change.
-    D: success of own deliberate actions (+1 filled, -1 failed) minus external shocks.
+def decay(dt_s, half_life_s) -> np.ndarray:
+    """rho = 2^(-dt / H): the share of the previous state left after dt seconds."""
+    return np.exp2(-np.asarray(dt_s, dtype=np.float64) / half_life_s)
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """How the Golem's book has done over the outlook window (default 30 days)."""
+
+    window_return: np.ndarray   #: value / value at the window's start - 1
+    drawdown: np.ndarray        #: 1 - value / the window's high, in [0, 1]
+
+
+def outlook(pop, ix: np.ndarray, value: np.ndarray, now_ms: int, window_s: float) -> Outlook:
+    """Update each Golem's outlook ring with its value now and read the window's start and high.
+
+    The window is OUTLOOK_BUCKETS buckets of window_s / OUTLOOK_BUCKETS; a bucket keeps the first
+    value seen in it and its highest. Before a Golem has lived a whole window, the buckets it has not
+    seen hold its starting capital (it had that money before the run)."""
+    width_ms = window_s * 1000.0 / OUTLOOK_BUCKETS
+    b = np.full(ix.size, int(now_ms // width_ms), dtype=np.int64)
+    last = pop.out_bucket[ix]
+    fresh = last < 0
+    last = np.where(fresh, b, last)
+    gap = np.minimum(b - last, OUTLOOK_BUCKETS)          # buckets entered since the last tick
+    opens, highs = pop.out_open[ix], pop.out_high[ix]     # copies (fancy indexing)
+    if fresh.any():
+        opens[fresh] = pop.value0[ix[fresh], None]
+        highs[fresh] = pop.value0[ix[fresh], None]
+    slot = np.arange(OUTLOOK_BUCKETS)[None, :]
+    # a bucket entered now (k = b - gap + 1 .. b) starts at the current value
+    age = (b[:, None] - slot) % OUTLOOK_BUCKETS           # buckets back from b, per ring slot
+    entered = age < gap[:, None]
+    cur = (b % OUTLOOK_BUCKETS)[:, None] == slot
+    opens = np.where(entered, value[:, None], opens)
+    highs = np.where(entered, value[:, None], highs)
+    highs = np.where(cur, np.maximum(highs, value[:, None]), highs)
+    pop.out_open[ix] = opens
+    pop.out_high[ix] = highs
+    pop.out_bucket[ix] = b
+    start = opens[np.arange(ix.size), (b + 1) % OUTLOOK_BUCKETS]   # the oldest bucket of the window
+    high = highs.max(axis=1)
+    v = np.maximum(value, 0.0)
+    return Outlook(window_return=v / np.maximum(start, 1e-12) - 1.0,
+                   drawdown=np.clip(1.0 - v / np.maximum(high, 1e-12), 0.0, 1.0))
+
+
+def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio, regime_shift, probe_sev,
+             position_change, filled, failed, control, worked, shock):
+    """(P, A, D) stimulus arrays (SPEC §2.1), each the tanh of its terms' sum: within (-1, 1), linear for
+    everyday values and saturating softly when several signals agree, so that a sustained crisis
+    approaches the clamp without sitting on it.
+
+    P (outcome): tanh(k_p * tick P&L per reference interval / value) + prediction hit/miss * bonus
+       - contradiction + tanh(k_return * window return) + tanh(k_drawdown * (drawdown_free - drawdown)).
+    A (intensity): tanh(k_a * (realised vol / reference vol - 1)) + regime shift + probe severity
+       + a large own position change.
+    D (control): a deliberate trade that filled (+) or failed (-), tanh(k_control * exposure * trend)
+       (holding what rises is control, riding what falls is none), how well the last trade has worked
+       since (`worked`), tanh(k_turmoil * (1 - realised vol / reference vol)) (a market wilder than
+       normal is out of the Golem's hands, a calmer one in them), minus the worst shock to a held
+       position (exploit or rug pull, liquidation, stop breached).
     """
-    ap = cfg.appraisal
-    sp = np.tanh(ap.k_p * tick_pnl / np.maximum(value, 1e-9)) + ap.prediction_bonus * prediction
-    sp -= ap.contradiction_penalty * contradicted
+    free = ap.outlook_free
+    shrunk = np.sign(look.window_return) * np.maximum(np.abs(look.window_return) - free, 0.0)
+    probe_p = np.array([ap.probe_threat.get(k, 0.0) for k in ("none", "low", "medium", "high")])
+    sp = (np.tanh(ap.k_p * pnl_rate) + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted
+          + np.tanh(np.tanh(ap.k_return * shrunk) + np.tanh(ap.k_drawdown * (free - look.drawdown)))
+          - probe_p[probe_sev])
     probe_a = np.array([ap.probe_arousal.get(k, 0.0) for k in ("none", "low", "medium", "high")])
     sa = (np.tanh(ap.k_a * (vol_ratio - 1.0)) + ap.regime_shift_arousal * regime_shift
           + probe_a[probe_sev] + ap.position_change_arousal * position_change)
-    sd = np.where(action_result > 0, ap.action_success, 0.0) - np.where(action_result < 0, ap.failed_transaction, 0.0)
-    sd = sd - shock
-    return np.clip(sp, -1, 1), np.clip(sa, -1, 1), np.clip(sd, -1, 1)
+    sd = (ap.action_success * filled - ap.failed_transaction * failed + np.tanh(ap.k_control * control) + worked
+          + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock)
+    return np.tanh(sp), np.tanh(sa), np.tanh(sd)
 
 
-def update(prev, stim, baseline, persistence, gain):
-    """pad_t = clamp(baseline + persistence * (pad_{t-1} - baseline) + gain * stimulus)."""
-    return np.clip(baseline + persistence * (prev - baseline) + gain * stim, -1.0, 1.0)
+def emotion_update(emotion: np.ndarray, stim: np.ndarray, dt_s: np.ndarray, half_life_s: float) -> np.ndarray:
+    """Vectorised `pad.emotion_step` over (n, 3) rows with one dt per row."""
+    rho = decay(dt_s, half_life_s)[:, None]
+    return np.clip(rho * emotion + (1.0 - rho) * stim, -1.0, 1.0)
+
+
+def mood_update(mood: np.ndarray, emotion: np.ndarray, baseline: np.ndarray, dt_s: np.ndarray,
+                half_life_s: float) -> np.ndarray:
+    """Vectorised `pad.mood_step` over (n, 3) rows with one dt per row."""
+    rho = decay(dt_s, half_life_s)[:, None]
+    return np.clip(baseline + (rho * (mood - baseline) + (1.0 - rho) * emotion), -1.0, 1.0)
 
 
 def prototype_matrix(prototypes=None) -> np.ndarray:

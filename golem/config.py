@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, create_model
@@ -23,6 +23,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "retrieval.mode": ("standard", "somatic_hdc"),
     "retrieval.salience_rank": ("off", "shadow", "live"),
     "reflex.promotion": ("manual", "auto"),
+}
+#: Keys that take a number or a word (section.key -> the word).
+NUMBER_OR: dict[str, str] = {
+    "appraisal.reference_vol": "auto",
 }
 
 
@@ -46,6 +50,8 @@ class Config(BaseModel):
 def _field_type(path: str, value: Any) -> Any:
     if path in CHOICES:
         return Literal[CHOICES[path]]  # type: ignore[valid-type]
+    if path in NUMBER_OR:
+        return Union[float, Literal[NUMBER_OR[path]]]  # type: ignore[valid-type]
     if isinstance(value, bool):
         return bool
     if isinstance(value, int):

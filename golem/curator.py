@@ -177,7 +177,7 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     live = gr.live_rows(golems)
     # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
     # insights when calm (the counterfactual re-run without the mood's bias)
-    calm = pop.pad[golems, 1] < cu.calm_arousal
+    calm = pop.mood[golems, 1] < cu.calm_arousal    # calm in mood, not just this minute (SPEC §2.1)
     fig, cnt = balance_and_reevaluate(
         golems, gr.capacity, live, pop.curator_last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
         c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"], c["confidence"], calm,

@@ -6,7 +6,7 @@ SimPy, no files. Terminal Golems pass through TERMINAL and are DEAD afterwards.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from golem.context import Lexicon, normalise, topic_code
 from golem.memory_writer import KINDS, Candidates, write
 from golem.pad import EMOTION_CODES as EMOTION_NAMES
 from golem.population import HIST, Population
+from golem.rng import uniform
 
 STATE_TICK = "SENSING>DECIDING>ACTING>REFLECTING"
 #: a heartbeat row's `state_path` is a code into these (the recorder writes the names)
@@ -42,6 +43,11 @@ class Observation:
     probe_sev: np.ndarray                 # per cohort Golem, 0..3
     events: list[tuple[str, int, str]]    # (kind, severity, tokens) of the events some cohort Golem sees now
     sees: np.ndarray                      # (cohort Golems, events) bool: Golem i sees events[e]
+    ref_rate: np.ndarray | None = None    # (assets,) normal volatility per sqrt(second): arousal's reference
+
+    def rows(self, keep: np.ndarray) -> "Observation":
+        """The observation of the cohort Golems `keep` (a mask) only: the per-Golem parts cut to them."""
+        return replace(self, probe_sev=self.probe_sev[keep], sees=self.sees[keep])
 
     def seeing(self, kinds) -> np.ndarray:
         """Per cohort Golem: does it see an event of one of `kinds`?"""
@@ -113,12 +119,15 @@ class Mind:
             if gr.fp is None:
                 gr.fp = np.zeros((gr.n_golems * gr.capacity, hdc.N_WORDS), dtype=np.uint64)
             gr.on_insert = self._fingerprint
+        # each Golem's phase of the day for its dreams (counter-based: adding Golems shifts no one)
+        pop.next_dream_ms[:] = np.floor(uniform(seed, pop.golem_id, 0, 13) * cfg.dream.every_s * 1000).astype(np.int64)
         self.pending_entries: list = []    # rows written outside the tick batch (curator lessons)
         self.topics: dict[int, str] = {}   # topic code -> name, for lessons and reports
 
     # ------------------------------------------------------------------ SENSING
     def sense(self, ix: np.ndarray, obs: Observation) -> dict:
         cfg, pop = self.cfg, self.pop
+        ap = cfg.appraisal
         asset = pop.asset[ix].astype(np.int64)
         price = obs.close[asset]
         first = np.isnan(pop.last_price[ix])
@@ -127,23 +136,31 @@ class Mind:
         lr = np.log(price / lp)
         value = pop.cash[ix] + pop.units[ix] * price
         tick_pnl = np.where(first, 0.0, value - pop.last_value[ix])
+        # affect lives in simulated time: dt since this Golem's last awake tick (a dream in between included)
+        dt_s = np.maximum(np.where(first, pop.interval_s[ix], (obs.now_ms - pop.last_ms[ix]) / 1000.0), 1e-3)
         t = pop.tick[ix]
-        pop.ret_hist[ix, t % HIST] = lr
         pop.price_hist[ix, t % HIST] = price
-        w = cfg.appraisal.vol_window
-        lag = (t[:, None] - np.arange(w)[None, :]) % HIST
-        valid = np.arange(w)[None, :] < np.minimum(t + 1, w)[:, None]
-        hist = pop.ret_hist[ix[:, None], lag]
-        cnt = valid.sum(axis=1)
-        vol = np.sqrt((hist * hist * valid).sum(axis=1) / np.maximum(cnt, 1))
-        # the reference is per 300 s tick; a Golem ticking every 2 h judges 2 h returns (sqrt-time scaling)
-        ref = cfg.appraisal.reference_vol * np.sqrt(pop.interval_s[ix] / cfg.appraisal.reference_interval_s)
-        vol_ratio = np.where(cnt >= 2, vol / ref, 1.0)
+        # realised volatility over the last vol_window_s (at least vol_min_returns returns), per sqrt(second),
+        # against the asset's normal; a Golem's first tick has seen no return and takes the normal
+        slot = t % HIST
+        pop.r2_hist[ix, slot] = np.where(first, 0.0, lr * lr)
+        pop.dt_hist[ix, slot] = np.where(first, 0.0, dt_s)
+        pop.t_hist[ix, slot] = obs.now_ms
+        recent = pop.t_hist[ix] > obs.now_ms - ap.vol_window_s * 1000.0
+        last_k = (t[:, None] - np.arange(ap.vol_min_returns)[None, :]) % HIST   # and at least the last few returns
+        recent[np.arange(ix.size)[:, None], last_k] = True
+        seen = (pop.dt_hist[ix] * recent).sum(axis=1)
+        var = np.where(seen > 0, (pop.r2_hist[ix] * recent).sum(axis=1) / np.maximum(seen, 1e-12),
+                       obs.ref_rate[asset] ** 2)
+        vol_ratio = np.sqrt(var) / obs.ref_rate[asset]
+        vol_move = np.abs(lr) / (obs.ref_rate[asset] * np.sqrt(dt_s))   # this move in normal deviations
         regime = np.full(ix.size, obs.regime, dtype=np.int64)
         last_regime = pop.last_regime[ix]
         regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
         new_regime = regime_shift & (t - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
         sev = obs.probe_sev.astype(np.int64)
+        pop.danger_ms[ix] = np.where(sev >= 3, obs.now_ms, pop.danger_ms[ix])
+        danger = obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0
         self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
         # prediction of the last decision against what happened
         sgn = np.sign(ret).astype(np.int64)
@@ -156,20 +173,41 @@ class Mind:
         held = pop.units[ix] > 1e-12
         exploit_held = held & obs.seeing(("exploit", "rug_pull"))
         liquidation = held & obs.seeing(("liquidation",))
-        # the strategy's stop: price more than stop_loss below its recent peak (trend window) while held
-        wlag = (t[:, None] - np.arange(cfg.decision.trend_window)[None, :]) % HIST
-        window = pop.price_hist[ix[:, None], wlag]
-        peak = np.where(np.isnan(window), -np.inf, window).max(axis=1)
-        stop = held & (price < (1.0 - cfg.appraisal.stop_loss) * peak)
-        ap = cfg.appraisal
-        shock = stop * ap.stop_breach + exploit_held * ap.exploit_held + liquidation * ap.liquidation
+        # a stop breached: price more than stop_loss below its peak over the last stop_window_s (since the
+        # position was last changed: a fresh position is not stopped out by the prices before it) while held
+        seen_t = pop.t_hist[ix]
+        in_window = (seen_t > obs.now_ms - ap.stop_window_s * 1000.0) & (seen_t >= pop.trade_ms[ix, None])
+        peak = np.where(in_window & ~np.isnan(pop.price_hist[ix]), pop.price_hist[ix], -np.inf).max(axis=1)
+        stop = held & (price < (1.0 - ap.stop_loss) * peak)
+        shock = np.maximum.reduce([stop * ap.stop_breach, exploit_held * ap.exploit_held, liquidation * ap.liquidation])
         pos_change = (np.abs(pop.last_dexp[ix]) >= ap.position_change_min).astype(np.float64)
-        sp, sa, sd = appraisal.stimulus(cfg, tick_pnl, value, prediction, contradicted, vol_ratio,
-                                        regime_shift.astype(np.float64), sev, pos_change,
-                                        pop.last_action[ix], shock)
+        # control: the held position against its asset's trend (log price minus its EW mean), and how
+        # the last filled trade has worked since (a sale before a fall, a purchase before a rise)
+        llp = np.log(price)
+        rho_c = appraisal.decay(dt_s, ap.control_half_life_s)
+        ema = np.where(np.isnan(pop.lp_ema[ix]), llp, rho_c * pop.lp_ema[ix] + (1.0 - rho_c) * llp)
+        pop.lp_ema[ix] = ema
+        exposure = np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0)
+        traded = pop.trade_dexp[ix] != 0
+        since_trade = np.log(price / np.where(traded, pop.trade_price[ix], price))
+        worked = np.tanh(ap.k_worked * pop.trade_dexp[ix] * since_trade) * appraisal.decay(
+            (obs.now_ms - pop.trade_ms[ix]) / 1000.0, ap.control_half_life_s)
+        look = appraisal.outlook(pop, ix, value, obs.now_ms, ap.outlook_window_s)
+        pnl_rate = tick_pnl / np.maximum(value, 1e-9) * (ap.reference_interval_s / dt_s)
+        act = pop.last_action[ix]
+        sp, sa, sd = appraisal.stimulus(ap, pnl_rate=pnl_rate, prediction=prediction, contradicted=contradicted,
+                                        look=look, vol_ratio=vol_ratio, regime_shift=regime_shift.astype(np.float64),
+                                        probe_sev=sev, position_change=pos_change, filled=(act > 0).astype(np.float64),
+                                        failed=(act < 0).astype(np.float64), control=exposure * (llp - ema),
+                                        worked=np.where(traded, worked, 0.0), shock=shock)
+        # the outcome part of P, the ground truth a harsh self-evaluation is checked against (SPEC §5)
+        truth = np.clip(np.tanh(ap.k_p * pnl_rate) + np.tanh(ap.k_return * look.window_return)
+                        - np.tanh(ap.k_drawdown * look.drawdown), -1.0, 1.0)
         stim = np.stack([sp, sa, sd], axis=1)
-        pad = appraisal.update(pop.pad[ix], stim, pop.baseline[ix], ap.persistence, ap.gain)
+        pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
         pop.pad[ix] = pad
+        mood = appraisal.mood_update(pop.mood[ix], pad, pop.baseline[ix], dt_s, ap.mood_half_life_s)
+        pop.mood[ix] = mood
         p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
         loss = tick_pnl < 0
         pop.loss_bits[ix] = ((pop.loss_bits[ix] << 1) | loss) & 0b11111
@@ -189,8 +227,9 @@ class Mind:
         tier = np.where(sev >= 3, 2, tier)
         tier = np.where(pos_marker & (sev < 2), 0, tier)
         return dict(asset=asset, price=price, ret=ret, lr=lr, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
+                    vol_move=vol_move,
                     regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, sgn=sgn,
-                    prediction=prediction, held=held, pad=pad, label=label,
+                    prediction=prediction, held=held, danger=danger, pad=pad, mood=mood, truth=truth, label=label,
                     emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
                     intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses,
                     pattern=pattern, neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=sval,
@@ -214,16 +253,17 @@ class Mind:
         query = normalise(base)
         topic = np.array([topic_code(f"{a}/price-move") for a in self.assets], dtype=np.int32)[s["asset"]]
         if cfg.retrieval.mode == "somatic_hdc":
-            fps = self.fingerprints(s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2], s["emotion"], s["intensity"],
+            mood = s["mood"]
+            fps = self.fingerprints(mood[:, 0], mood[:, 1], mood[:, 2], s["emotion"], s["intensity"],
                                     s["regime"], s["asset"])
-            res = rt.retrieve_somatic_hdc(gr, ix, query, s["pad"], obs.now_ms, self.prm, fps)
+            res = rt.retrieve_somatic_hdc(gr, ix, query, s["mood"], obs.now_ms, self.prm, fps)
         elif cfg.retrieval.profile == "six_factor":
             ev_topics = [{topic_code(f"{self.assets[a]}/{k}") for (k, _, _), seen in zip(obs.events, row) if seen}
                          for a, row in zip(s["asset"], obs.sees)]
-            res = rt.retrieve_six(gr, ix, query, s["pad"], obs.now_ms, self.prm, rt.six_factor_weights(cfg),
+            res = rt.retrieve_six(gr, ix, query, s["mood"], obs.now_ms, self.prm, rt.six_factor_weights(cfg),
                                   s["asset"], obs.regime, ev_topics)
         else:
-            res = rt.retrieve(gr, ix, query, s["pad"], obs.now_ms, self.prm)
+            res = rt.retrieve(gr, ix, query, s["mood"], obs.now_ms, self.prm)   # mood-congruent recall (SPEC §4.1)
         slots, scores = res.slots, res.scores
         c = gr.cols
         served = slots >= 0
@@ -239,7 +279,7 @@ class Mind:
             safe[rows, pos] = new
             tagged[rows, pos] = c["has_tag"][new]
             val[rows, pos] = np.where(tagged[rows, pos], c["p"][new], 0.0)
-            res.factors[rows, pos] = rt.served_factors(gr, new, query[rows], s["pad"][rows], obs.now_ms, self.prm)
+            res.factors[rows, pos] = rt.served_factors(gr, new, query[rows], s["mood"][rows], obs.now_ms, self.prm)
             out.events.append(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
                                            values=pop.neg_share[ix[rows]].mean(axis=1)))
         nserved = served.sum(axis=1)
@@ -290,9 +330,9 @@ class Mind:
             signal = 0.5 * base_sig + dc.memory_weight * pop.memory_weight[ix] * m
             t = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
             t = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], t)
-            t = np.where((s["sev"] >= 3) & s["held"], 0.0, t)   # a high probe on a held asset: get out
-            # fear lowers risk appetite: aroused and displeased, a Golem scales its exposure down
-            fear = np.clip((s["pad"][:, 1] - 0.5) * 2.0, 0.0, 1.0) * (s["pad"][:, 0] < 0)
+            t = np.where(s["danger"], 0.0, t)   # a high probe on its asset: get out, and stay out for a while
+            # fear lowers risk appetite: in an aroused, displeased mood a Golem scales its exposure down
+            fear = np.clip((s["mood"][:, 1] - 0.5) * 2.0, 0.0, 1.0) * (s["mood"][:, 0] < 0)
             t = t * (1.0 - dc.fear_scale * fear)
             return t * mortality.PHASE_EXPOSURE[pop.phase[ix]]
         target = choose(mem)
@@ -317,14 +357,14 @@ class Mind:
         ids = sc["id"]
         if cfg.retrieval.mode == "somatic_hdc":
             # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
-            cu = s["pad"] / np.maximum(np.linalg.norm(s["pad"], axis=1, keepdims=True), 1e-8)
+            cu = s["mood"] / np.maximum(np.linalg.norm(s["mood"], axis=1, keepdims=True), 1e-8)
             pc = (c["up"][safe] * cu[:, :1] + c["ua"][safe] * cu[:, 1:2] + c["ud"][safe] * cu[:, 2:3] + 1.0) / 2.0
             served_emo = np.where(served, pc, 0.0)
         else:
             served_emo = np.where(served, res.factors[:, :, 3], 0.0)
         out.retrievals = dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
-            query_p=s["pad"][:, 0].copy(), query_a=s["pad"][:, 1].copy(), query_d=s["pad"][:, 2].copy(),
+            query_p=s["mood"][:, 0].copy(), query_a=s["mood"][:, 1].copy(), query_d=s["mood"][:, 2].copy(),
             slots=slots, ids=np.where(served, ids, -1), scores=np.where(served, scores, np.nan),
             factors=res.factors, shadow_ids=np.where(res.shadow >= 0, sc["shadow_id"], -1),
             pool_n=res.pool[:, 0].astype(np.int64),
@@ -340,7 +380,6 @@ class Mind:
 
     # ------------------------------------------------------------------ ACTING
     def act(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict) -> dict:
-        from golem.rng import uniform  # local import keeps the formula layer free of it
         cfg, pop = self.cfg, self.pop
         tr = cfg.trading
         value = s["value"]
@@ -367,6 +406,10 @@ class Mind:
         pop.budget[ix] -= gas_cost + tier_cost
         pop.last_action[ix] = np.where(ok, 1, np.where(failed, -1, 0))
         pop.last_dexp[ix] = np.where(ok, dexp, 0.0)
+        pop.trade_ms[ix] = np.where(ok, obs.now_ms, pop.trade_ms[ix])     # the last filled trade, for control
+        pop.trade_price[ix] = np.where(ok, price, pop.trade_price[ix])
+        pop.trade_dexp[ix] = np.where(ok, dexp, pop.trade_dexp[ix])
+        pop.lp_ema[ix] = np.where(ok, np.log(price), pop.lp_ema[ix])    # a new position is judged from here on
         new_value = pop.cash[ix] + pop.units[ix] * price
         return dict(exposure_before=exposure, dexp=dexp, traded=ok, failed=failed, cost=cost, gas_cost=gas_cost,
                     tier_cost=tier_cost, value_after=new_value,
@@ -424,28 +467,29 @@ class Mind:
                      kind=K_TRADE, role=ROLE_ACT, category=CAT["episode"], decay_class=gm.EPHEMERAL,
                      source_conf=cfg.confidence.own, importance=np.clip(np.abs(ac["dexp"][tr]), 0, 1),
                      outcome=0.0, has_outcome=False, event_kind="")
-        # (4) reflection: counterfactual regret, with emotional load (SPEC §5 REFLECTING)
-        miss = (s["prediction"] < 0) & (np.abs(s["ret"]) > 1.5 * cfg.appraisal.reference_vol)
+        # (4) reflection: counterfactual regret, with the emotional load of the mood (SPEC §5 REFLECTING)
+        load = s["mood"]
+        miss = (s["prediction"] < 0) & (s["vol_move"] > 1.5)
         if miss.any():
-            bias = np.where(a > cfg.arousal.high_band, 0.3 * p, 0.0)   # arousal bends the imagined alternative
+            bias = np.where(load[:, 1] > cfg.arousal.high_band, 0.3 * load[:, 0], 0.0)   # arousal bends the imagined alternative
             cf = np.clip(outcome + bias, -1, 1)
             cand.add(prev_ctx[miss], self.topic_names(asset[miss], "price-move"), **_sel(common, miss),
                      seq=30, kind=K_REGRET, role=ROLE_INS, category=CAT["insight"], decay_class=gm.REGIME,
                      source_conf=cfg.confidence.inferred, importance=0.6, outcome=cf[miss], has_outcome=True,
                      event_kind="")
-        dom = d < -0.3
+        dom = load[:, 2] < -0.3
         if dom.any():
             cand.add(prev_ctx[dom], self.topic_names(asset[dom], "dominance-correction"),
                      **{**_sel(common, dom), "force_internal": True},
                      seq=31, kind=K_DOMINANCE, role=ROLE_INS, category=CAT["insight"], decay_class=gm.TACTICAL,
                      source_conf=cfg.confidence.inferred, importance=0.5, outcome=0.0, has_outcome=False, event_kind="")
-        harsh = p < -0.7
+        harsh = load[:, 0] < -0.7
         for i in np.flatnonzero(harsh):
-            truth = float(np.tanh(cfg.appraisal.k_p * s["tick_pnl"][i] / max(s["value"][i], 1e-9)))
-            corrected = p[i] + 0.5 * max(truth - p[i], 0.0)
+            own, truth = float(load[i, 0]), float(s["truth"][i])
+            corrected = own + 0.5 * max(truth - own, 0.0)
             out.events.append(self._event(now, int(ix[i]), "backcheck", value=corrected,
-                                          payload={"self_evaluation": float(p[i]), "ground_truth": truth}))
-            pop.pad[ix[i], 0] = corrected
+                                          payload={"self_evaluation": own, "ground_truth": truth}))
+            pop.mood[ix[i], 0] = corrected
         # flashbulb check (SPEC §6)
         trig = flashbulb.triggers(cfg, a, pop.high_a_run[ix], s["tick_pnl"], s["value"], s["new_regime"], s["sev"])
         any_trig = trig.any(axis=1) & ~s["first"]
@@ -514,14 +558,18 @@ class Mind:
         pop, cfg = self.pop, self.cfg
         out = TickOutput()
         self._out = out
-        dreaming = self._dreaming(ix)
+        dreaming = self._dreaming(ix, obs.now_ms)
         if dreaming.any():
             dreamers = ix[dreaming]
+            every_ms = int(round(cfg.dream.every_s * 1000))
+            due = pop.next_dream_ms[dreamers]
+            pop.next_dream_ms[dreamers] = due + every_ms * ((obs.now_ms - due) // every_ms + 1)
             self.dream(dreamers, obs, out)
             # curator and contrarian count dream ticks too: they run on every Nth tick, dreaming or not
             self._maintenance(dreamers, obs, pop.ctx[dreamers], out)
             pop.tick[dreamers] += 1
             ix = ix[~dreaming]
+            obs = obs.rows(~dreaming)
         if ix.size == 0:
             return self._finish(out)
         s = self.sense(ix, obs)
@@ -532,6 +580,7 @@ class Mind:
         # bookkeeping for the next tick
         pop.last_price[ix] = s["price"]
         pop.last_value[ix] = ac["value_after"]
+        pop.last_ms[ix] = obs.now_ms
         pop.last_regime[ix] = obs.regime
         pop.regime_seen[ix, obs.regime] = pop.tick[ix]
         pop.ctx[ix] = dd["query"]
@@ -593,12 +642,12 @@ class Mind:
         return rt.hdc_search(self.gr, g, hdc.query(self.im, **items), k)
 
     # ------------------------------------------------------------------ DREAMING
-    def _dreaming(self, ix: np.ndarray) -> np.ndarray:
-        """After every `dream.every_ticks` awake ticks a Golem spends `dream.ticks` ticks DREAMING."""
-        d = self.cfg.dream
-        if not d.enabled:
+    def _dreaming(self, ix: np.ndarray, now_ms: int) -> np.ndarray:
+        """Once per simulated day (`dream.every_s`), at each Golem's own phase of it (drawn at birth,
+        so a Clade never sleeps all at once), the first heartbeat at or after the due time is a dream."""
+        if not self.cfg.dream.enabled:
             return np.zeros(ix.size, dtype=bool)
-        return (self.pop.tick[ix] % (d.every_ticks + d.ticks)) >= d.every_ticks
+        return now_ms >= self.pop.next_dream_ms[ix]
 
     def dream(self, ix: np.ndarray, obs: Observation, out: TickOutput) -> None:
         """Offline: no trading; NREM replay, REM depotentiation, synaptic homeostasis (SPEC §8)."""
@@ -611,7 +660,8 @@ class Mind:
         z = np.zeros(n)
         hb = dict(time_ms=np.full(n, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), clade_id=pop.clade[ix].copy(),
                   tick=pop.tick[ix].copy(), state_path=np.full(n, PATH_DREAM, dtype=np.int8), p=pop.pad[ix, 0].copy(),
-                  a=pop.pad[ix, 1].copy(), d=pop.pad[ix, 2].copy(),
+                  a=pop.pad[ix, 1].copy(), d=pop.pad[ix, 2].copy(), mood_p=pop.mood[ix, 0].copy(),
+                  mood_a=pop.mood[ix, 1].copy(), mood_d=pop.mood[ix, 2].copy(),
                   emotion=appraisal.classify_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2], self.protos),
                   label=np.zeros(n, np.int8), intensity=appraisal.intensity_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2]),
                   tier=np.zeros(n, np.int64), exposure=np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0),
@@ -646,7 +696,7 @@ class Mind:
         if cfg.contrarian.enabled:
             due = nth % cfg.contrarian.every_ticks == 0
             if due.any():
-                figs = contrarian.pass_(self, ix[due], query[due], pop.pad[ix[due]], obs.now_ms)
+                figs = contrarian.pass_(self, ix[due], query[due], pop.mood[ix[due]], obs.now_ms)
                 out.events.append(self._events(obs.now_ms, ix[due], "contrarian", -1,
                                                [float(len(ids)) for ids in figs["ids"]], payload=figs))
 
@@ -687,7 +737,8 @@ class Mind:
         hb = dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), clade_id=pop.clade[ix].copy(),
             tick=pop.tick[ix].copy(), state_path=path, p=pop.pad[ix, 0].copy(), a=pop.pad[ix, 1].copy(),
-            d=pop.pad[ix, 2].copy(), emotion=s["emotion"], label=s["label"], intensity=s["intensity"], tier=rf["tier"],
+            d=pop.pad[ix, 2].copy(), mood_p=pop.mood[ix, 0].copy(), mood_a=pop.mood[ix, 1].copy(),
+            mood_d=pop.mood[ix, 2].copy(), emotion=s["emotion"], label=s["label"], intensity=s["intensity"], tier=rf["tier"],
             exposure=ac["exposure_after"], target_exposure=dd["target"], value=ac["value_after"], pnl=s["tick_pnl"],
             cash=pop.cash[ix].copy(), budget=pop.budget[ix].copy(), vitality=v, phase=phase, price=s["price"],
             regime=np.full(ix.size, obs.regime, dtype=np.int16), probe=s["sev"].astype(np.int8), traded=ac["traded"],
@@ -704,6 +755,7 @@ class Mind:
         """TERMINAL: equanimity, a death reflection pushed to the Clade, then DEAD."""
         pop, cfg = self.pop, self.cfg
         pop.pad[ix] = mortality.terminal_drift(pop.pad[ix], cfg.mortality.terminal_drift)
+        pop.mood[ix] = mortality.terminal_drift(pop.mood[ix], cfg.mortality.terminal_drift)
         cand = Candidates()
         pd = pop.pad[ix]
         price = obs.close[pop.asset[ix].astype(np.int64)]

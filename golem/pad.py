@@ -131,12 +131,29 @@ def apply_contagion(receiver_pad: PAD, incoming_pad: PAD, attenuation: float = 0
     )
 
 
-def appraise(prev: PAD, stimulus: PAD, baseline: PAD = (0.0, 0.0, 0.0),
-             persistence: float = 0.85, gain: float = 0.35) -> PAD:
-    """One tick of appraisal (SPEC §2.1): decay toward temperament plus the stimulus, clamped."""
-    return tuple(  # type: ignore[return-value]
-        clamp(b + persistence * (p - b) + gain * s) for p, s, b in zip(prev, stimulus, baseline)
-    )
+def affect_step(prev: PAD, target: PAD, dt_s: float, half_life_s: float) -> PAD:
+    """One step of either level of affect (SPEC §2.1, §16): `rho * prev + (1 - rho) * target` with
+    rho = 2^(-dt / H). The step lives in simulated time, so the same market gives the same affect at
+    any cadence, and its steady state under a constant target is that target: a convex combination
+    never runs into the clamp by itself.
+
+    Emotion: prev = emotion, target = stimulus (`emotion_step`). Mood: prev = mood - baseline,
+    target = emotion, baseline added back (`mood_step`).
+    """
+    rho = 2.0 ** (-dt_s / half_life_s)
+    return tuple(rho * p + (1.0 - rho) * t for p, t in zip(prev, target))  # type: ignore[return-value]
+
+
+def emotion_step(emotion: PAD, stimulus: PAD, dt_s: float, half_life_s: float = 600.0) -> PAD:
+    """emotion_t = clamp(rho * emotion_{t-1} + (1 - rho) * stimulus_t): what just happened, felt within minutes."""
+    return tuple(clamp(x) for x in affect_step(emotion, stimulus, dt_s, half_life_s))  # type: ignore[return-value]
+
+
+def mood_step(mood: PAD, emotion: PAD, baseline: PAD, dt_s: float, half_life_s: float = 43_200.0) -> PAD:
+    """mood_t = clamp(baseline + rho * (mood_{t-1} - baseline) + (1 - rho) * emotion_t) (SPEC §2.1):
+    the mood integrates emotions over hours and rests at the Golem's temperament when nothing is felt."""
+    rel = affect_step(tuple(m - b for m, b in zip(mood, baseline)), emotion, dt_s, half_life_s)
+    return tuple(clamp(b + r) for b, r in zip(baseline, rel))  # type: ignore[return-value]
 
 
 def attribution(dominance: float, threshold: float = 0.2) -> str:

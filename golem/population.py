@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from golem.appraisal import OUTLOOK_BUCKETS
+
 PHASES = ("thriving", "stable", "conservation", "declining", "terminal", "dead")
 STRATEGIES = ("momentum", "mean_reversion", "hodl")
 TIERS = ("T0", "T1", "T2")
@@ -33,7 +35,8 @@ class Population:
     risk: np.ndarray | None = None          # scales the maximum exposure
     interval_s: np.ndarray | None = None    # heartbeat cadence (volatility is judged per tick of it)
     golem_id: np.ndarray = field(init=False)
-    pad: np.ndarray = field(init=False)            # (n, 3) float64
+    pad: np.ndarray = field(init=False)            # (n, 3) emotion (fast PAD, minutes), float64
+    mood: np.ndarray = field(init=False)           # (n, 3) mood (slow PAD, hours), rests at baseline
     cash: np.ndarray = field(init=False)
     units: np.ndarray = field(init=False)
     budget: np.ndarray = field(init=False)
@@ -42,7 +45,19 @@ class Population:
     tick: np.ndarray = field(init=False)
     last_price: np.ndarray = field(init=False)
     last_value: np.ndarray = field(init=False)
-    ret_hist: np.ndarray = field(init=False)       # (n, HIST) recent tick log-returns, ring
+    last_ms: np.ndarray = field(init=False)        # time of the last awake tick (affect's dt)
+    r2_hist: np.ndarray = field(init=False)        # (n, HIST) squared log-return of each recent tick, ring
+    dt_hist: np.ndarray = field(init=False)        # (n, HIST) the seconds each of those returns spans
+    t_hist: np.ndarray = field(init=False)         # (n, HIST) when each was seen (ms)
+    lp_ema: np.ndarray = field(init=False)         # EW mean of the log price (control's trend)
+    out_open: np.ndarray = field(init=False)       # (n, OUTLOOK_BUCKETS) first value of each outlook bucket
+    out_high: np.ndarray = field(init=False)       # (n, OUTLOOK_BUCKETS) highest value of each bucket
+    out_bucket: np.ndarray = field(init=False)     # outlook bucket of the last tick (-1: none yet)
+    trade_ms: np.ndarray = field(init=False)       # the last filled trade: when, at what price, how much
+    trade_price: np.ndarray = field(init=False)
+    trade_dexp: np.ndarray = field(init=False)
+    danger_ms: np.ndarray = field(init=False)      # the last time a high-severity probe was seen
+    next_dream_ms: np.ndarray = field(init=False)  # the first tick at or after this time is a dream
     price_hist: np.ndarray = field(init=False)     # (n, HIST) recent prices, ring
     exp_sign: np.ndarray = field(init=False)       # expected sign of the last decision
     last_action: np.ndarray = field(init=False)    # +1 filled, -1 failed, 0 none
@@ -67,7 +82,6 @@ class Population:
     som_emotion: np.ndarray = field(init=False)    # (n, P, 9) emotion counts
     dead_ms: np.ndarray = field(init=False)
     contrarian_pending: np.ndarray = field(init=False)   # (n, 3) overlooked slots for the next DECIDING
-    dreaming_until: np.ndarray = field(init=False)
     curator_last_ms: np.ndarray = field(init=False)  # time of the last curator pass
     contrarian_from: np.ndarray = field(init=False)  # tick the pending overlooked section was found
 
@@ -78,7 +92,8 @@ class Population:
         self.risk = np.ones(n) if self.risk is None else self.risk
         self.interval_s = np.full(n, 300.0) if self.interval_s is None else self.interval_s
         self.golem_id = np.arange(n, dtype=np.int64)
-        self.pad = np.array(self.baseline, dtype=np.float64, copy=True)
+        self.pad = np.zeros((n, 3))
+        self.mood = np.array(self.baseline, dtype=np.float64, copy=True)
         self.cash = np.zeros(n)
         self.units = np.zeros(n)
         self.budget = self.budget0.astype(np.float64).copy()
@@ -87,7 +102,19 @@ class Population:
         self.tick = np.zeros(n, dtype=np.int64)
         self.last_price = np.full(n, np.nan)
         self.last_value = self.value0.astype(np.float64).copy()
-        self.ret_hist = np.zeros((n, HIST))
+        self.last_ms = np.zeros(n, dtype=np.int64)
+        self.r2_hist = np.zeros((n, HIST))
+        self.dt_hist = np.zeros((n, HIST))
+        self.t_hist = np.full((n, HIST), np.iinfo(np.int64).min // 2, dtype=np.int64)
+        self.lp_ema = np.full(n, np.nan)
+        self.out_open = np.zeros((n, OUTLOOK_BUCKETS))
+        self.out_high = np.zeros((n, OUTLOOK_BUCKETS))
+        self.out_bucket = np.full(n, -1, dtype=np.int64)
+        self.trade_ms = np.zeros(n, dtype=np.int64)
+        self.trade_price = np.full(n, np.nan)
+        self.trade_dexp = np.zeros(n)
+        self.danger_ms = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
+        self.next_dream_ms = np.zeros(n, dtype=np.int64)
         self.price_hist = np.full((n, HIST), np.nan)
         self.exp_sign = np.zeros(n, dtype=np.int8)
         self.last_action = np.zeros(n, dtype=np.int8)
@@ -112,7 +139,6 @@ class Population:
         self.som_emotion = np.zeros((n, N_PATTERNS, 9), dtype=np.int32)
         self.dead_ms = np.full(n, -1, dtype=np.int64)
         self.contrarian_pending = np.full((n, 3), -1, dtype=np.int64)
-        self.dreaming_until = np.zeros(n, dtype=np.int64)
         self.curator_last_ms = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
         self.contrarian_from = np.full(n, -1, dtype=np.int64)
 

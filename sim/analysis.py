@@ -510,6 +510,50 @@ def emotion_shares(runs: RunLike, every: str | int = "1h") -> pl.LazyFrame:
             .sort("run", "bucket_ms", "emotion"))
 
 
+def holders(runs: RunLike, at: str | int | float, asset: str | None = None, min_exposure: float = 0.1) -> pl.LazyFrame:
+    """(run, golem_id) of the Golems holding more than `min_exposure` of their value in their asset
+    (only those trading `asset`, when given) at their last awake heartbeat before `at` (a
+    duration from the start, or simulated ms): who a situation concerns (SPEC §2.8)."""
+    at_ms = _ms(at)
+    hb = (scan_runs(runs, "heartbeats").filter((pl.col("time_ms") < at_ms) & (pl.col("state_path") != "DREAMING"))
+          .group_by(*KEY).agg(pl.col("exposure").sort_by("time_ms").last()))
+    if asset is not None:
+        hb = hb.join(golem_assets(runs).filter(pl.col("asset") == asset), on=list(KEY), how="inner")
+    return hb.filter(pl.col("exposure") > min_exposure).select(*KEY)
+
+
+def situation_emotions(runs: RunLike, start: str | int | float, end: str | int | float, *, asset: str | None = None,
+                       who: str = "holders", min_exposure: float = 0.1,
+                       situation_start: str | int | float | None = None) -> pl.LazyFrame:
+    """The emotions of the Golems a situation concerns over its awake heartbeats in [start, end)
+    (SPEC §2.8): one row per (run, emotion) with `n`, `share` of those heartbeats and `rank` (1 =
+    the modal emotion; ties broken by name). `who`: "holders" (more than `min_exposure` of value in
+    `asset` when the situation starts: at `situation_start`, default `start`) or "all"."""
+    lo, hi = _ms(start), _ms(end)
+    hb = scan_runs(runs, "heartbeats").filter((pl.col("time_ms") >= lo) & (pl.col("time_ms") < hi)
+                                              & (pl.col("state_path") != "DREAMING"))
+    if who == "holders":
+        at = lo if situation_start is None else _ms(situation_start)
+        hb = hb.join(holders(runs, at, asset, min_exposure), on=list(KEY), how="semi")
+    elif who != "all":
+        raise ValueError(f"who: expected 'holders' or 'all', got {who!r}")
+    return (hb.group_by("run", "emotion").agg(pl.len().alias("n"))
+            .with_columns((pl.col("n") / pl.col("n").sum().over("run")).alias("share"))
+            .sort("run", pl.col("n"), "emotion", descending=[False, True, False])
+            .with_columns(pl.int_range(1, pl.len() + 1).over("run").alias("rank")))
+
+
+def pinned_share(runs: RunLike, threshold: float = 0.99) -> pl.LazyFrame:
+    """Per run: the share of awake heartbeats with some PAD component at |x| >= threshold, for the
+    emotion (`emotion_pinned`) and the mood (`mood_pinned`) (SPEC §2.8: at most 5 %)."""
+    def pinned(cols):
+        return pl.any_horizontal([pl.col(c).abs() >= threshold for c in cols]).mean()
+    return (scan_runs(runs, "heartbeats").filter(pl.col("state_path") != "DREAMING").group_by("run")
+            .agg(pinned(("p", "a", "d")).alias("emotion_pinned"),
+                 pinned(("mood_p", "mood_a", "mood_d")).alias("mood_pinned"), pl.len().alias("n"))
+            .sort("run"))
+
+
 def regime_spans(runs: RunLike) -> pl.LazyFrame:
     """Consecutive stretches of one market regime per asset, on the simulated clock (`sim_ms` of
     `market`): start_ms, end_ms (the next bar's time), regime."""
@@ -534,4 +578,5 @@ __all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manife
            "retrieval_valence_bias", "bias_over_time", "lock_in_episodes", "bias_summary", "grimoire_valence_skew",
            "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades", "golem_assets",
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",
-           "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "regime_spans", "event_counts"]
+           "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "holders", "situation_emotions",
+           "pinned_share", "regime_spans", "event_counts"]

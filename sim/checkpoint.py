@@ -41,7 +41,7 @@ from sim.recorder import TABLES, Recorder, atomic_write_json
 from sim.scenario import InputError
 
 FORMAT = 4   # 3: Clade deliveries batched per instant; 4: arrays as raw .npy records
-_TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime")
+_TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 
 
@@ -177,7 +177,7 @@ def save(world, ckdir: Path) -> Path:
         "grimoire": _plain_dicts_and_scalars(gr),
         "pending": pending, "entries": entries, "arrays": f"{name}.arrays", "array_offsets": index,
         "mind": _mind_json(world.mind),
-        "tape": {"bar_ms": int(tape.bar_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
+        "tape": {"bar_ms": int(tape.bar_ms), "normal_interval_ms": int(tape.normal_interval_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
                  "regime_names": list(tape.regime_names), "events": [asdict(e) for e in tape.events]},
         "arrays_bytes": size,
     }
@@ -268,6 +268,7 @@ class Checkpoint:
         t = self.meta["tape"]
         events = [MarketEvent(**dict(e, early_detectors=tuple(e["early_detectors"]))) for e in t["events"]]
         return Tape(**{k: self.arrays[f"tape/{k}"] for k in _TAPE_ARRAYS}, bar_ms=int(t["bar_ms"]),
+                    normal_interval_ms=int(t["normal_interval_ms"]),
                     assets=tuple(t["assets"]), protocols=tuple(t["protocols"]),
                     regime_names=tuple(t["regime_names"]), events=events)
 

@@ -68,6 +68,23 @@ class Tape:
     regime: np.ndarray           # (T,) int16
     regime_names: tuple[str, ...]
     events: list[MarketEvent] = field(default_factory=list)
+    #: (A,) each asset's normal log-return volatility per `normal_interval_ms` (arousal's reference
+    #: under `appraisal.reference_vol: auto`): declared by a generated market, measured on a real tape
+    normal_vol: np.ndarray | None = None
+    normal_interval_ms: int = 300_000
+    normal_source: str = "declared"     #: how normal_vol was found (the manifest says it)
+
+    def reference_rate(self, reference_vol, reference_interval_s: float) -> np.ndarray:
+        """(A,) the reference volatility per sqrt(second): the tape's normal under 'auto', else the
+        configured number (per reference_interval_s) for every asset. Scaled once, from its own interval."""
+        if reference_vol == "auto":
+            bad = [a for a, v in zip(self.assets, self.normal_vol if self.normal_vol is not None else [np.nan] * len(self.assets))
+                   if not (np.isfinite(v) and v > 0)]
+            if bad:
+                raise ValueError(f"appraisal.reference_vol: auto: the tape gives no normal volatility for {bad} "
+                                 f"({self.normal_source}); expected a number instead")
+            return np.asarray(self.normal_vol, dtype=np.float64) / np.sqrt(self.normal_interval_ms / 1000.0)
+        return np.full(len(self.assets), float(reference_vol) / np.sqrt(reference_interval_s))
 
     @property
     def n_steps(self) -> int:
@@ -168,24 +185,29 @@ def generate(mcfg, duration_s: float, seed: int) -> Tape:
     return Tape(time_ms=np.arange(T, dtype=np.int64) * step_ms, bar_ms=0,
                 assets=tuple(a.name for a in mcfg.assets), protocols=tuple(a.protocol for a in mcfg.assets),
                 open=opn, high=high, low=low, close=close, volume=volume, tvl=tvl, gas=gas,
-                funding=np.full(T, np.nan), regime=regime, regime_names=names, events=events)
+                funding=np.full(T, np.nan), regime=regime, regime_names=names, events=events,
+                normal_vol=mcfg.normal_vol * np.where(stable, 0.02, np.abs(beta)), normal_interval_ms=step_ms)
 
 
-def probe_severity(tape: Tape, seed: int, golem_ids: np.ndarray, assets: np.ndarray, now_ms: int):
+def probe_severity(tape: Tape, seed: int, golem_ids: np.ndarray, assets: np.ndarray, now_ms: int, since_ms=None):
     """Per Golem: max severity seen now on its asset or market-wide, and which events it sees.
 
-    An event is visible to a Golem from time + its detect lag for the event's duration. Returns
-    (severity (n,), indices into tape.events of the events some Golem sees (E,), sees (n, E) bool)
-    for the reflex lane and segmentation.
+    An event is visible to a Golem from time + its detect lag for the event's duration. A Golem sees
+    the events visible now and those that became visible after its last look (`since_ms`, per Golem;
+    default now) even if they are over: an event between two heartbeats, or during a dream, is seen
+    at the next awake tick, once. Returns (severity (n,), indices into tape.events of the events some
+    Golem sees (E,), sees (n, E) bool) for the reflex lane and segmentation.
     """
     n = golem_ids.size
+    since = np.full(n, now_ms, dtype=np.int64) if since_ms is None else np.asarray(since_ms, dtype=np.int64)
+    oldest = int(since.min()) if n else now_ms
     sev = np.zeros(n, dtype=np.int8)
     visible, cols = [], []
     for ei, ev in enumerate(tape.events):
-        if now_ms < ev.time_ms or now_ms > ev.time_ms + ev.duration_ms + ev.detect_lag_ms + ev.detect_jitter_ms:
+        if now_ms < ev.time_ms or oldest > ev.time_ms + ev.duration_ms + ev.detect_lag_ms + ev.detect_jitter_ms:
             continue
         start = ev.time_ms + ev.lags_for(seed, golem_ids, ei)
-        sees = (start <= now_ms) & (now_ms <= start + ev.duration_ms)
+        sees = (start <= now_ms) & ((now_ms <= start + ev.duration_ms) | (start > since))
         if ev.asset >= 0:
             sees &= assets == ev.asset
         if sees.any():

@@ -29,8 +29,8 @@ SCHEMAS: dict[str, pa.Schema] = {
                          ("regime", STR)]),
     "heartbeats": pa.schema([
         ("time_ms", I64), ("golem_id", I32), ("clade_id", I32), ("tick", I64), ("state_path", STR),
-        ("p", F64), ("a", F64), ("d", F64), ("emotion", STR), ("label", STR), ("intensity", F64), ("tier", STR),
-        ("exposure", F64), ("target_exposure", F64), ("value", F64), ("pnl", F64), ("cash", F64), ("budget", F64),
+        ("p", F64), ("a", F64), ("d", F64), ("mood_p", F64), ("mood_a", F64), ("mood_d", F64), ("emotion", STR),
+        ("label", STR), ("intensity", F64), ("tier", STR), ("exposure", F64), ("target_exposure", F64), ("value", F64), ("pnl", F64), ("cash", F64), ("budget", F64),
         ("vitality", F64), ("phase", STR), ("price", F64), ("regime", STR), ("probe", STR), ("traded", BOOL),
         ("trade_failed", BOOL), ("entries_written", I32), ("flashbulb", BOOL), ("n_retrieved", I32),
         ("retrieval_mean_valence", F64), ("memory_signal", F64), ("marker_valence", F64), ("marker_strength", I32),

@@ -168,6 +168,9 @@ class TapeSpec(_M):
 
 class MarketSpec(_M):
     step_s: float = Field(300.0, gt=0)
+    #: per-step log volatility the Golems know as normal for a beta-1 asset (arousal's reference
+    #: under appraisal.reference_vol: auto; an asset's normal is this times its beta)
+    normal_vol: float = Field(0.003, gt=0)
     correlation: float = Field(0.5, ge=0, le=1)
     assets: list[Asset] = Field(default_factory=_default_assets, min_length=1)
     regimes: dict[str, Regime] = Field(default_factory=_default_regimes)

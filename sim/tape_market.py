@@ -184,12 +184,42 @@ def tape_from_file(scenario: Scenario, cfg=None) -> Tape:
             severity=SEVERITIES.index(row["severity"]),
             impact=math.log1p(mag) if row["kind"] in _RETURN_KINDS else 0.0,
             duration_ms=bar_ms - 1, tokens=row["tokens"], detect_lag_ms=lag))
+    normal, source = normal_volatility(time_ms, c, bar_ms, lo, hi)
     sl = slice(lo, hi)
     protocols = tuple(known[a].protocol if a in known else f"{a.lower()}-pool" for a in assets)
     return Tape(time_ms=time_ms[sl].copy(), bar_ms=bar_ms, assets=assets, protocols=protocols,
                 open=o[sl].copy(), high=h[sl].copy(), low=l[sl].copy(), close=c[sl].copy(), volume=v[sl].copy(),
                 tvl=tvl[sl].copy(), gas=gas[sl].copy(), funding=funding[sl].copy(), regime=regime[sl].copy(),
-                regime_names=REGIMES, events=events)
+                regime_names=REGIMES, events=events, normal_vol=normal, normal_interval_ms=bar_ms, normal_source=source)
+
+
+NORMAL_DAYS = 30
+
+
+def normal_volatility(time_ms: np.ndarray, close: np.ndarray, bar_ms: int, lo: int, hi: int) -> tuple[np.ndarray, str]:
+    """Each asset's normal volatility per bar (SPEC §2.1, reference_vol: auto): the median over days
+    of the day's realised volatility (root mean square of its bars' log returns), over the
+    NORMAL_DAYS days before the run's first bar, so arousal is relative to that asset's usual market
+    whatever its bar length. A tape with less than a day of history before the start uses its
+    first NORMAL_DAYS days from the start instead (look-ahead of the reference only; the manifest
+    says which). An asset with too few priced bars gets NaN (an error only under `auto`)."""
+    day = 86_400_000
+    before = (time_ms < time_ms[lo]) & (time_ms >= time_ms[lo] - NORMAL_DAYS * day)
+    source = f"median daily realised volatility of the {NORMAL_DAYS} days before the start"
+    if before.sum() * bar_ms < day:
+        before = (time_ms >= time_ms[lo]) & (time_ms < time_ms[lo] + NORMAL_DAYS * day) & (np.arange(time_ms.size) < hi)
+        source = f"median daily realised volatility of the first {NORMAL_DAYS} days from the start (no history before it)"
+    idx = np.flatnonzero(before)
+    lr = np.log(close[idx[1:]] / close[idx[:-1]])            # returns between consecutive bars
+    days = time_ms[idx[1:]] // day
+    out = np.empty(close.shape[1])
+    for j in range(close.shape[1]):
+        r = lr[:, j]
+        ok = np.isfinite(r)
+        per_day = [np.sqrt(np.mean(r[ok & (days == d)] ** 2)) for d in np.unique(days[ok])
+                   if (ok & (days == d)).sum() >= 2]
+        out[j] = float(np.median(per_day)) if per_day else float("nan")
+    return out, source
 
 
 def tape_meta(tape: Tape, scenario: Scenario) -> dict:
@@ -197,7 +227,8 @@ def tape_meta(tape: Tape, scenario: Scenario) -> dict:
     (regime and protocol names in order, bar length) and to check a tape file is unchanged."""
     meta = {"source": "generator", "bar_ms": int(tape.bar_ms), "t0_ms": int(tape.time_ms[0]) + int(tape.bar_ms),
             "assets": list(tape.assets), "protocols": list(tape.protocols), "regime_names": list(tape.regime_names),
-            "steps": int(tape.n_steps)}
+            "steps": int(tape.n_steps), "normal_vol": [float(x) for x in tape.normal_vol],
+            "normal_interval_ms": int(tape.normal_interval_ms), "normal_source": tape.normal_source}
     spec = scenario.market.tape
     if spec is not None:
         p = Path(spec.path).expanduser().resolve()
@@ -248,4 +279,6 @@ def tape_from_run(run_dir: str | Path) -> Tape:
                 protocols=protocols, open=grid("open"), high=grid("high"), low=grid("low"), close=grid("close"),
                 volume=grid("volume"), tvl=grid("tvl"), gas=first["gas"].to_numpy().astype(np.float64),
                 funding=first["funding_rate"].to_numpy().astype(np.float64), regime=regime, regime_names=names,
-                events=events)
+                events=events, normal_vol=np.array(meta["normal_vol"], dtype=np.float64) if "normal_vol" in meta else None,
+                normal_interval_ms=int(meta.get("normal_interval_ms", 300_000)),
+                normal_source=meta.get("normal_source", "declared"))

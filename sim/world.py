@@ -150,6 +150,11 @@ class World:
         self.pop = self._population()
         self.gr = gm.Grimoire(self.pop.n, cfg.grimoire.capacity, cfg.grimoire.embedding_dim)
         self.mind = Mind(cfg, self.pop, self.gr, tape.assets, tape.regime_names, seed, protocols=tape.protocols)
+        try:   # arousal's reference per asset, scaled once from the interval it is quoted for
+            self.ref_rate = tape.reference_rate(cfg.appraisal.reference_vol, cfg.appraisal.reference_interval_s)
+        except ValueError as exc:
+            from sim.scenario import InputError
+            raise InputError(str(exc)) from None
         self.cohorts = self._cohorts()
         self.latency = self._latencies()
         self.event_seq = 0
@@ -326,10 +331,14 @@ class World:
         tape = self.tape
         now = self.now_ms
         i = max(0, tape.index_at(now + self.t0_ms))
-        sev, visible, sees = probe_severity(tape, self.seed, ix, self.pop.asset[ix], now + self.t0_ms)
+        # each Golem looks at what happened since its last awake tick (nothing is lost to a dream)
+        pop = self.pop
+        since = np.where(np.isnan(pop.last_price[ix]), now, pop.last_ms[ix]) + self.t0_ms
+        sev, visible, sees = probe_severity(tape, self.seed, ix, pop.asset[ix], now + self.t0_ms, since)
         events = [(tape.events[e].kind, tape.events[e].severity, tape.events[e].tokens) for e in visible]
         return Observation(now_ms=now, step=i, close=tape.close[i], tvl=tape.tvl[i], gas=float(tape.gas[i]),
-                           gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, events=events, sees=sees)
+                           gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, events=events, sees=sees,
+                           ref_rate=self.ref_rate)
 
     def emit(self, out: TickOutput) -> None:
         if out.pushes:
