@@ -89,9 +89,8 @@ def config_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, An
 
 def run_tape_info(tape, run_dir: Path) -> dict:
     """manifest["tape"] of a run whose market is another run's recorded tape."""
-    return {"source": "run", "run": str(Path(run_dir).resolve()), "bar_ms": int(tape.bar_ms),
-            "t0_ms": int(tape.time_ms[0]) + int(tape.bar_ms), "assets": list(tape.assets),
-            "protocols": list(tape.protocols), "regime_names": list(tape.regime_names), "steps": int(tape.n_steps)}
+    from sim.tape_market import tape_facts
+    return {"source": "run", "run": str(Path(run_dir).resolve()), **tape_facts(tape)}
 
 
 def _check_fits(scenario: Scenario, tape, parent_duration_s: float, where: str) -> None:

@@ -222,13 +222,19 @@ def normal_volatility(time_ms: np.ndarray, close: np.ndarray, bar_ms: int, lo: i
     return out, source
 
 
-def tape_meta(tape: Tape, scenario: Scenario) -> dict:
-    """What a manifest keeps about its tape, beyond the tables: enough to rebuild the Tape exactly
-    (regime and protocol names in order, bar length) and to check a tape file is unchanged."""
-    meta = {"source": "generator", "bar_ms": int(tape.bar_ms), "t0_ms": int(tape.time_ms[0]) + int(tape.bar_ms),
+def tape_facts(tape: Tape) -> dict:
+    """What the tables do not hold about a tape and a replay needs to rebuild it exactly: regime and
+    protocol names in order, bar length, start, and each asset's normal volatility."""
+    return {"bar_ms": int(tape.bar_ms), "t0_ms": int(tape.time_ms[0]) + int(tape.bar_ms),
             "assets": list(tape.assets), "protocols": list(tape.protocols), "regime_names": list(tape.regime_names),
             "steps": int(tape.n_steps), "normal_vol": [float(x) for x in tape.normal_vol],
             "normal_interval_ms": int(tape.normal_interval_ms), "normal_source": tape.normal_source}
+
+
+def tape_meta(tape: Tape, scenario: Scenario) -> dict:
+    """manifest["tape"]: the tape's facts (`tape_facts`), where it came from, and for a file its
+    checksum (a replay checks the file is unchanged)."""
+    meta = {"source": "generator", **tape_facts(tape)}
     spec = scenario.market.tape
     if spec is not None:
         p = Path(spec.path).expanduser().resolve()

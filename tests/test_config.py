@@ -12,7 +12,9 @@ def test_defaults_hold_the_spec_constants():
     assert c.curator.every_ticks == 50 and c.contrarian.every_ticks == 100
     assert c.clade.contagion_attenuation == 0.3 and c.flashbulb.max_per_24h == 3
     assert c.decay.half_life_days == 3.0 and c.grimoire.capacity == 4096 and c.grimoire.embedding_dim == 64
-    assert c.appraisal.persistence == 0.85 and c.appraisal.gain == 0.35
+    assert c.appraisal.emotion_half_life_s == 600 and c.appraisal.mood_half_life_s == 43_200
+    assert c.appraisal.outlook_window_s == 30 * 86_400 and c.appraisal.reference_vol == "auto"
+    assert c.dream.every_s == 86_400
     assert c.retrieval.salience_rank == "shadow" and c.retrieval.salience_rank_cap == 0.25
 
 

@@ -230,16 +230,25 @@ def test_positive_markers_serve_the_cached_response(bull_run):
     assert j.height == h.height
 
 
-def test_reflection_under_emotional_load(flash_run, exploit_run):
+def test_reflection_under_emotional_load(flash_run, exploit_run, bleed_run):
+    """SPEC §5 with §2.1: the emotional load of reflection is the mood (a dominance correction when
+    the mood's D < -0.3, a backcheck when its P < -0.7); the arousal band that tags insights is the
+    emotion's (§2.4)."""
     e = table(flash_run.run_dir, "entries")
     biased = e.filter(pl.col("arousal_bias"))
     assert biased.height > 0 and (biased["a"] > 0.5).all()
-    dom = table(exploit_run.run_dir, "entries").filter(pl.col("kind") == "dominance-correction")
-    assert dom.height > 0 and (dom["attribution"] == "internal").all() and (dom["d"] < -0.3).all()
+    n = 0
+    for run in (flash_run, exploit_run, bleed_run):
+        hb = table(run.run_dir, "heartbeats").select("golem_id", "time_ms", "mood_d")
+        dom = table(run.run_dir, "entries").filter(pl.col("kind") == "dominance-correction").join(
+            hb, left_on=["golem_id", "created_ms"], right_on=["golem_id", "time_ms"])
+        assert (dom["attribution"] == "internal").all() and (dom["mood_d"] < -0.3).all()
+        n += dom.height
+    assert n > 0
     att = e.filter(pl.col("kind") == "price-move")
     assert set(att.filter(pl.col("d") > 0.2)["attribution"]) <= {"internal"}
     assert set(att.filter(pl.col("d") < -0.2)["attribution"]) <= {"external"}
-    bc = payloads(events(flash_run.run_dir, "backcheck"))
+    bc = payloads(events(bleed_run.run_dir, "backcheck"))
     assert bc and all(p["self_evaluation"] < -0.7 for p in bc)
 
 
@@ -267,7 +276,8 @@ def test_confidence_moves_with_outcomes_on_the_tape(flash_run):
 def test_mortality_in_slow_bleed(bleed_run):
     run = bleed_run.run_dir
     deaths = events(run, "death")
-    assert deaths.height >= 1
+    assert deaths.height >= 1 and set(deaths["golem_id"]) <= {8, 9, 10, 11}   # the dip buyers, of budget
+    assert all(p["cause"] == "budget" for p in payloads(deaths))
     h = table(run, "heartbeats")
     for g, t in deaths.select("golem_id", "time_ms").iter_rows():
         mine = h.filter(pl.col("golem_id") == g)

@@ -65,9 +65,14 @@ def test_one_heartbeat_per_golem_tick_in_order(flash_run):
     assert h.select(["time_ms", "golem_id"]).equals(h.select(["time_ms", "golem_id"]).sort(["time_ms", "golem_id"]))
     assert set(h["state_path"].unique()) <= {"SENSING>DECIDING>ACTING>REFLECTING", "DREAMING",
                                             "SENSING>DECIDING>ACTING>REFLECTING>TERMINAL>DEAD"}
-    # one DREAMING tick after every 288 awake ones: ticks 288 and 577 of 864
-    dreams = h.filter(pl.col("state_path") == "DREAMING")
-    assert sorted(dreams["tick"].unique().to_list()) == [288, 577] and dreams.height == 2 * n_golems
+    # one DREAMING heartbeat per simulated day at each Golem's own phase (SPEC §8): three each in 3 d,
+    # a day apart (to the 300 s cadence), and a Clade never sleeps all at once
+    dreams = h.filter(pl.col("state_path") == "DREAMING").sort("golem_id", "time_ms")
+    assert dreams.group_by("golem_id").len()["len"].to_list() == [3] * n_golems
+    gaps = dreams.group_by("golem_id").agg(pl.col("time_ms").diff().drop_nulls())["time_ms"].explode()
+    assert gaps.is_between(86_400_000, 86_400_000 + 300_000).all()
+    first = dreams.group_by("golem_id").agg(pl.col("time_ms").min(), pl.col("clade_id").first())
+    assert (first.group_by("clade_id").agg(pl.col("time_ms").n_unique())["time_ms"] > 1).all()
 
 
 def test_flash_crash_pleasure_falls_and_arousal_rises(flash_run):

@@ -1,7 +1,10 @@
 """The formula layer (SPEC §16) against hand-computed values."""
 import math
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import pad
 from golem.curator import emotional_balance
@@ -9,6 +12,7 @@ from golem.grimoire import fill
 from golem.retrieval import four_factor_score
 
 DAY = 86_400_000
+unit = st.floats(-1, 1, allow_nan=False)
 
 
 def test_pad_cosine_safe_hand_values():
@@ -84,11 +88,50 @@ def test_apply_contagion_moves_p_and_a_only_and_clamps():
     assert pad.apply_contagion((0.0, 0.0, 0.3), (0.5, 0.5, 0.5), attenuation=0.5) == pytest.approx((0.25, 0.25, 0.3))
 
 
-def test_appraise_and_clamping():
-    assert pad.appraise((0.5, 0, 0), (1, 0, 0)) == pytest.approx((0.775, 0, 0))
-    assert pad.appraise((0.0, 0.0, 0.0), (0, 0, 0), baseline=(0.2, -0.2, 0.1)) == pytest.approx((0.03, -0.03, 0.015))
-    assert pad.appraise((1, 1, 1), (1, 1, 1)) == (1.0, 1.0, 1.0)
-    assert pad.appraise((-1, -1, -1), (-1, -1, -1)) == (-1.0, -1.0, -1.0)
+def test_affect_step_by_hand():
+    # rho = 2^(-dt / H): one half-life leaves half of the previous state
+    assert pad.affect_step((0.5, 0.0, 0.0), (1.0, 0.0, 0.0), 600, 600) == pytest.approx((0.75, 0.0, 0.0))
+    # two half-lives: rho = 0.25; 0.25 * 0.2 + 0.75 * -1 = -0.70; 0.25 * -0.4 + 0.75 = 0.65; 0.75 * 0.5 = 0.375
+    assert pad.affect_step((0.2, -0.4, 0.0), (-1.0, 1.0, 0.5), 1200, 600) == pytest.approx((-0.70, 0.65, 0.375))
+    assert pad.affect_step((0.3, 0.3, 0.3), (1.0, 1.0, 1.0), 0, 600) == pytest.approx((0.3, 0.3, 0.3))   # no time, no change
+
+
+def test_emotion_step_by_hand_and_its_steady_state():
+    # 300 s at H = 600 s: rho = 2^-0.5 = 0.70710678; 0.9 rho + (1 - rho) = 0.92928932
+    assert pad.emotion_step((0.9, 0.9, 0.9), (1, 1, 1), 300) == pytest.approx((0.92928932,) * 3)
+    e = (0.0, 0.0, 0.0)
+    for _ in range(200):   # a constant stimulus is where emotion comes to rest, never past it
+        e = pad.emotion_step(e, (0.8, -0.6, 0.99), 300)
+        assert all(abs(x) <= 0.99 + 1e-12 for x in e)
+    assert e == pytest.approx((0.8, -0.6, 0.99), abs=1e-9)
+
+
+def test_mood_step_by_hand_rests_at_temperament_and_clamps():
+    # one half-life (12 h): mood - baseline = 0.5 * (0.1 - 0.2, 0 + 0.2, 0) + 0.5 * (-0.5, 0.5, 0) = (-0.30, 0.35, 0)
+    assert pad.mood_step((0.1, 0.0, 0.0), (-0.5, 0.5, 0.0), (0.2, -0.2, 0.0), 43_200) == pytest.approx((-0.10, 0.15, 0.0))
+    m = (0.7, -0.7, 0.7)
+    for _ in range(240):   # ten days of nothing felt: the mood returns to the temperament
+        m = pad.mood_step(m, (0.0, 0.0, 0.0), (0.2, -0.1, 0.0), 3600)
+    assert m == pytest.approx((0.2, -0.1, 0.0), abs=1e-3)
+    for _ in range(200):   # temperament 0.5 plus an emotion of 0.9 would be 1.4: every write clamps
+        m = pad.mood_step(m, (0.9, 0.0, 0.0), (0.5, 0.0, 0.0), 43_200)
+    assert m[0] == 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(unit, unit, unit, unit, unit, unit, unit, unit, unit, st.floats(0, 1e6)), min_size=1, max_size=8))
+def test_vectorised_affect_updates_match_the_scalar_steps(rows):
+    from golem.appraisal import emotion_update, mood_update
+    prev = np.array([r[0:3] for r in rows])
+    stim = np.array([r[3:6] for r in rows])
+    base = np.array([r[6:9] for r in rows])
+    dt = np.array([r[9] for r in rows])
+    emo = emotion_update(prev, stim, dt, 600.0)
+    mood = mood_update(prev, emo, base, dt, 43_200.0)
+    for i, r in enumerate(rows):
+        e = pad.emotion_step(tuple(prev[i]), tuple(stim[i]), dt[i], 600.0)
+        assert tuple(emo[i]) == pytest.approx(e, abs=1e-12)
+        assert tuple(mood[i]) == pytest.approx(pad.mood_step(tuple(prev[i]), e, tuple(base[i]), dt[i], 43_200.0), abs=1e-12)
 
 
 def test_emotional_balance_counts_untagged_in_n():
