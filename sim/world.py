@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import simpy
+import structlog
 
 from golem import clade as cladem
 from golem import grimoire as gm
@@ -229,7 +230,11 @@ class World:
         return out
 
     def _prefill(self) -> None:
-        """Imported memories (untagged, pre-affect) so retrieval scans a full Grimoire from tick 0."""
+        """Imported memories (untagged, pre-affect) so retrieval scans a full Grimoire from tick 0.
+
+        Imports bypassed gating: tier TTL 0, so the window is the class's days x (1 + salience)
+        (SPEC §3.2); their confidence is their source's (`grimoire.import_source`, SPEC §3.4:
+        untagged, so no arousal factor)."""
         counts = np.zeros(self.pop.n, dtype=np.int64)
         g = 0
         for grp in self.scenario.golems:
@@ -245,12 +250,18 @@ class World:
             hi = min(lo + (1 << 16), total)
             emb[lo:hi] = normalise(rng.standard_normal((hi - lo, self.gr.dim)))
         day = 86_400_000
-        vals = dict(created_ms=-rng.integers(0, 30 * day, total), last_access_ms=-rng.integers(0, 5 * day, total),
-                    window_ms=np.full(total, 60.0 * day), category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32),
-                    kind=KINDS.index("import"), confidence=rng.uniform(0.3, 0.9, total).astype(np.float32),
-                    importance=rng.uniform(0, 1, total).astype(np.float32),
-                    salience=rng.uniform(0, 0.6, total).astype(np.float32), decay_class=gm.REGIME, has_tag=False,
-                    outcome=rng.uniform(-1, 1, total).astype(np.float32), has_outcome=False, curator_weight=1.0)
+        created, accessed = -rng.integers(0, 30 * day, total), -rng.integers(0, 5 * day, total)
+        importance = rng.uniform(0, 1, total).astype(np.float32)
+        salience = rng.uniform(0, 0.6, total)
+        outcome = rng.uniform(-1, 1, total).astype(np.float32)
+        g = self.cfg.grimoire
+        window_days = gm.effective_window_days(gm.REGIME, 0.0, 0.0, (g.ephemeral_days, g.tactical_days,
+                                                                      g.regime_conditional_days)) * (1.0 + salience)
+        vals = dict(created_ms=created, last_access_ms=accessed, window_ms=window_days * day, ttl_days=np.float32(0.0),
+                    category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32), kind=KINDS.index("import"),
+                    confidence=np.float32(getattr(self.cfg.confidence, g.import_source)), importance=importance,
+                    salience=salience.astype(np.float32), decay_class=gm.REGIME, has_tag=False,
+                    outcome=outcome, has_outcome=False, curator_weight=1.0)
         self.gr.insert(golem, emb, vals, unit=True)
 
     # ---------------------------------------------------------------- processes
@@ -329,9 +340,13 @@ class World:
         sev, visible, sees = probe_severity(tape, self.seed, ix, self.pop.asset[ix], now + self.t0_ms)
         events = [(tape.events[e].kind, tape.events[e].severity, tape.events[e].tokens) for e in visible]
         return Observation(now_ms=now, step=i, close=tape.close[i], tvl=tape.tvl[i], gas=float(tape.gas[i]),
-                           gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, events=events, sees=sees)
+                           gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, events=events, sees=sees,
+                           event_assets=np.array([tape.events[e].asset for e in visible], dtype=np.int64))
 
     def emit(self, out: TickOutput) -> None:
+        for ev in out.events:
+            if isinstance(ev, dict) and ev["kind"] == "write_aborted":   # SPEC §3.3: loudly
+                structlog.get_logger().error("write_aborted", golem=ev["golem_id"], time_ms=ev["time_ms"], **ev["payload"])
         if out.pushes:
             self.push(out.pushes)
         if self.rec is None:

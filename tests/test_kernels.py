@@ -160,8 +160,11 @@ def test_shadow_ranking_and_pool_statistics(arena, prm, flt):
         mult = {r[0]: 1.0 + float(c["salience"][r[0]]) * prm.salience_cap for r in rows}
         shadow = ranked(rows, lambda r: r[1] * mult[r[0]], prm.top_k)
         assert [int(s) for s in res.shadow[g] if s >= 0] == shadow
-        n, sum_emo, sum_val, best, best_score = res.pool[g]
+        n, sum_emo, sum_val, best, best_score, best_sem = res.pool[g]
         assert n == len(rows)
+        # the pool's best semantic match (novelty): the largest cosine among the eligible entries
+        sems = [rt.entry_factors(gr, r[0], q[g], tuple(pad[g]), NOW, prm)[0] for r in rows]
+        assert best_sem == (max(sems) if sems else -np.inf)
         assert abs(sum_emo - sum(r[2] for r in rows)) <= 1e-12 * max(1, len(rows))
         assert abs(sum_val - sum(r[3] for r in rows)) <= 1e-12 * max(1, len(rows))
         nonneg = [r for r in rows if r[3] >= 0]
