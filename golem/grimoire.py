@@ -37,8 +37,9 @@ def fill(base: float, term: float) -> float:
 def pnl_magnitude(tick_pnl: float, portfolio_value: float, pnl_scale: float = 0.05) -> float:
     """m = min(1, |pnl| / (pnl_scale * value)); with nothing left (value <= 0) any change is
     everything (1) and no change nothing (0): the limit of the formula as value falls to 0."""
-    if portfolio_value > 0:
-        return min(1.0, abs(tick_pnl) / (pnl_scale * portfolio_value))
+    denom = pnl_scale * portfolio_value
+    if denom > 0:
+        return min(1.0, abs(tick_pnl) / denom)
     return 1.0 if tick_pnl != 0 else 0.0
 
 

@@ -70,8 +70,10 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     inten = np.where(c["has_tag"], intensity_batch(p, a, d), 0.0)
     value, pnl = c["value"], c["pnl"]
     # grimoire.pnl_magnitude: with nothing left (value <= 0) any change is everything
-    m = np.where(value > 0, np.minimum(1.0, np.abs(pnl) / np.where(value > 0, s_cfg.pnl_scale * value, 1.0)),
-                 (pnl != 0).astype(np.float64))
+    denom = s_cfg.pnl_scale * value
+    with np.errstate(over="ignore"):              # a tiny value: any P&L fills m to 1
+        m = np.where(denom > 0, np.minimum(1.0, np.abs(pnl) / np.where(denom > 0, denom, 1.0)),
+                     (pnl != 0).astype(np.float64))
     s = np.minimum(1.0, inten + m * (1 - inten))                   # grimoire.fill: never past 1
     neg = c["has_tag"] & (p < 0)
     s = np.where(neg, np.minimum(1.0, s + s_cfg.negativity * np.abs(p) * (1 - s)), s)

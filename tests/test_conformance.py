@@ -406,3 +406,224 @@ def test_at_exactly_twice_its_window_an_entry_is_expired_in_status_and_retrieval
     assert rt.retrieve(gr, np.array([0]), q, np.zeros((1, 3)), edge - 1, prm).slots[0, 0] == 0
     assert gm.status_at(int(w_days * DAY), 0, w_days) == gm.STALE
     assert gm.status_at(int(w_days * DAY) - 1, 0, w_days) == gm.ACTIVE
+
+
+# ----------------------------------------------------------------------------- §10 the death reflection
+def _dying_mind(heavy_weight=2.0):
+    """Golem 1 of two, about to die of its budget, with a hand-made life: which memory it trusted,
+    which paid by luck, which it got wrong, two look-alikes that went opposite ways, a flashbulb,
+    an unchecked aroused insight, a sibling's copy (not its own), 11 flashbulbs in its life."""
+    from golem.pad import EMOTION_CODES
+    m = minds.mind(n=2, cap=16, dim=16, cfg=minds.config(**{"mortality.heavy_weight": heavy_weight}),
+                   regimes=("calm", "crash"))
+    rng = np.random.default_rng(8)
+    v = rng.standard_normal((8, 16))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    u = v[4] - (v[4] @ v[3]) * v[3]
+    v[4] = 0.9 * v[3] + math.sqrt(1 - 0.81) * u / np.linalg.norm(u)         # cosine 0.9 with v[3]
+    topics = ["ETH/price-move", "ETH/trade", "ETH/exploit", "ETH/liquidation", "ETH/gas_spike", "ETH/flashbulb",
+              "ETH/depeg", "ETH/regret"]
+    for t in topics:
+        m.topics[topic_code(t)] = t
+    m.gr.insert(np.ones(8, np.int64), v, dict(
+        created_ms=0, last_access_ms=0, window_ms=np.inf, decay_class=gm.STRUCTURAL, has_tag=True,
+        topic=np.array([topic_code(t) for t in topics], np.int32),
+        outcome=np.array([0.5, 0.3, -0.6, 0.4, -0.4, -0.8, 0.9, 0.0], np.float32), has_outcome=np.array([1, 1, 1, 1, 1, 1, 1, 0], bool),
+        confidence=np.array([0.8, 0.4, 0.2, 0.7, 0.7, 0.9, 0.1, 0.6], np.float32),
+        acted_on_count=np.array([6, 2, 4, 0, 0, 0, 9, 0], np.int32),
+        access_count=np.array([10, 1, 5, 2, 2, 8, 50, 0], np.int32),
+        flashbulb=np.array([0, 0, 0, 0, 0, 1, 0, 0], bool), arousal_bias=np.array([0, 0, 0, 0, 0, 0, 0, 1], bool),
+        provenance=np.array([-1, -1, -1, -1, -1, -1, 0, -1], np.int32)))
+    m.flashbulbs[1] = 11
+    m.pop.som_sum[1, 0], m.pop.som_cnt[1, 0] = 0.3, 4      # calm patterns: regime 0 (12 patterns a regime)
+    m.pop.som_sum[1, 12], m.pop.som_cnt[1, 12] = -0.6, 2   # crash: regime 1
+    m.pop.som_emotion[1, 0, EMOTION_CODES.index("fear")] = 5
+    m.pop.som_emotion[1, 0, EMOTION_CODES.index("joy")] = 2
+    m.pop.pad[1] = (-0.6, 0.8, -0.4)
+    m.pop.budget[1] = 50.0
+    return m, v
+
+
+def _die(m):
+    out = TickOutput()
+    m._die(np.array([1]), minds.observation(m), np.array([0.05]), out)
+    return out
+
+
+def test_death_reflection_comes_from_the_golems_own_history():
+    m, v = _dying_mind()
+    out = _die(m)
+    death = minds.events(out, "death")[0]
+    assert death["payload"]["cause"] == "budget"
+    assert death["payload"]["reflection"] == {
+        "what I did well": "trusted ETH/price-move (6 acts, confidence 0.80); P&L +0.00",
+        "what worked by luck": "1 memories paid though their confidence stayed below 0.50, most of all ETH/trade",
+        "what I got wrong": "held exposure into crash; died of budget; 2 memories I acted on fell below confidence "
+                            "0.50, worst ETH/exploit (0.20)",
+        "what confused me": "ETH/liquidation and ETH/gas_spike looked alike (cosine 0.90) and went opposite ways "
+                            "(+0.40 vs -0.40)",
+        "what I suspect but can't prove": "1 memories I kept recalling never earned confidence, most of all "
+                                          "ETH/exploit (5 recalls); 1 insights formed in arousal were never re-checked calm",
+        "what I would tell a sibling": "cut exposure when crash begins; calm was where it paid",
+        "which memories misled me": "11 flashbulb memories took 29% of my recalls",     # 8 of 28 recalls; not capped at 8
+        "how I felt at the end": "mostly fear; at the end P -0.44 A +0.40 D -0.20",
+        "what the market taught me": "calm +0.30, crash -0.60",
+    }
+    assert death["payload"]["weights"]["what confused me"] == 2.0 and death["payload"]["weights"]["what I did well"] == 1.0
+    # terminal equanimity (SPEC §10): A and D halfway to 0, P up by 0.5 * (1 - P) * 0.2
+    assert m.pop.pad[1].tolist() == pytest.approx([-0.44, 0.4, -0.2])
+    assert not m.pop.alive[1] and m.pop.alive[0]
+    assert out.pushes == [dict(sender=1, entry_id=death["entry_id"], slot=int(m.gr.slot_of(death["entry_id"])),
+                               alert_type="death_reflection")]
+
+
+@pytest.mark.parametrize("heavy", [2.0, 1.0])
+def test_the_heavy_categories_carry_their_weight_into_the_pushed_entry(heavy):
+    """The entry's direction is its base tokens plus the memories each category is about, those
+    of what I got wrong (v2), what confused me (v3, v4) and what I suspect (v2) `heavy` times."""
+    m, v = _dying_mind(heavy)
+    death = minds.events(_die(m), "death")[0]
+    slot = m.gr.slot_of(death["entry_id"])
+    base = m.lex.token("death-reflection") + m.lex.token("asset:ETH")
+    e = m.gr.emb.astype(np.float64)[16:24]         # as stored (unit, float32)
+    want = base + e[0] + e[1] + heavy * (e[2] + e[3] + e[4] + e[2]) + e[5]
+    got = m.gr.emb[slot].astype(np.float64)
+    assert got == pytest.approx(want / np.linalg.norm(want), abs=1e-6)
+    tag = m.gr.cols
+    assert (tag["p"][slot], tag["a"][slot], tag["d"][slot]) == pytest.approx((-0.44, 0.4, -0.2), abs=1e-6)
+    assert tag["category"][slot] == CAT["death_reflection"] and tag["decay_class"][slot] == gm.STRUCTURAL
+
+
+# ----------------------------------------------------------------------------- rules no other test protected
+def _entries(m, g, emb, **vals):
+    n = len(emb)
+    base = dict(created_ms=0, last_access_ms=0, window_ms=np.inf, decay_class=gm.STRUCTURAL, has_tag=True,
+                importance=np.float32(0.5), confidence=np.float32(0.8), i0=np.float32(0.5))
+    base.update(vals)
+    return m.gr.insert(np.full(n, g), np.asarray(emb, float), base)
+
+
+def test_contrarian_needs_confidence_0_6_and_the_opposite_valence_and_keeps_top_k():
+    """SPEC §4.4: entries of the opposite valence sign with confidence >= 0.6; the top 3 (the
+    config's contrarian.top_k: 5 here) form the overlooked section the next decision weighs."""
+    from golem import contrarian
+    m = minds.mind(n=1, cfg=minds.config(**{"contrarian.top_k": 5}))
+    rng = np.random.default_rng(2)
+    emb = rng.standard_normal((9, m.gr.dim))
+    conf = np.array([0.59, 0.6, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.95], np.float32)
+    p = np.array([-0.5, -0.5, -0.5, -0.5, -0.5, -0.5, -0.5, -0.5, 0.5], np.float32)   # the last: same sign as the mood
+    _entries(m, 0, emb, confidence=conf, p=p, a=np.float32(0.1), d=np.float32(0.0))
+    figs = contrarian.pass_(m, IX, m.pop.ctx[IX], np.array([[0.4, 0.1, 0.0]]), DAY)
+    got = figs["ids"][0]
+    assert len(got) == 5 and 0 not in got and 8 not in got
+    assert figs["pool_n"][0] == 7 and m.pop.contrarian_pending.shape == (1, 5)
+    dd = m.decide(IX, minds.observation(m), minds.sensed(m, IX), TickOutput())    # weighs all five
+    assert (m.pop.contrarian_pending[0] == -1).all() and dd["mem"].shape == (1,)
+
+
+@pytest.mark.parametrize("pnl, fires", [(-501.0, True), (-499.0, False), (501.0, True)])
+def test_flashbulb_pnl_trigger_is_5_percent_of_value(pnl, fires):
+    from golem import flashbulb
+    cfg = minds.config()
+    trig = flashbulb.triggers(cfg, np.zeros(1), np.zeros(1, np.int64), np.array([pnl]), np.array([10_000.0]),
+                              np.zeros(1, bool), np.zeros(1, np.int64))
+    assert trig[0].tolist() == [False, fires, False, False]
+
+
+@pytest.mark.parametrize("strength, escalated", [(3, False), (4, True)])
+def test_a_negative_somatic_marker_escalates_only_with_strength_above_3(strength, escalated):
+    """SPEC §5 SENSING: valence < -0.5 and strength > 3 escalate an all-normal tick to T1."""
+    obs = minds.observation(minds.mind(n=1))
+    pattern = minds.mind(n=1).sense(IX, obs)["pattern"][0]           # this tick's pattern
+    m = minds.mind(n=1)
+    m.pop.som_sum[0, pattern], m.pop.som_cnt[0, pattern] = -0.6, strength
+    s = m.sense(IX, obs)
+    assert bool(s["neg_marker"][0]) == escalated and s["tier"][0] == int(escalated)
+    m2 = minds.mind(n=1)
+    m2.pop.som_sum[0, pattern], m2.pop.som_cnt[0, pattern] = -0.4, 10    # not negative enough
+    assert not m2.sense(IX, obs)["neg_marker"][0]
+
+
+def test_writer_promotes_one_class_never_above_regime_and_windows_hold_the_tier_ttl():
+    """SPEC §3.3: s >= 0.7 promotes one class, never above regime-conditional; SPEC §3.2: the
+    window is max(class days, tier TTL) x (1 + s): an ephemeral entry (1 d) at s 0.55 (TTL 14 d)
+    keeps 14 x 1.55 = 21.7 days, one at s 0.8 becomes tactical with 30 x 1.8 = 54 days."""
+    cfg = minds.config()
+    n = 4
+    intensity = np.array([0.55, 0.8, 0.8, 0.35])
+    c = dict(p=np.zeros(n), a=np.zeros(n), d=intensity * math.sqrt(3), has_tag=np.ones(n, bool), value=np.full(n, 1e4),
+             pnl=np.zeros(n), role=np.zeros(n, np.int64), signals=np.zeros(n, np.int64), first_sighting=np.zeros(n, bool),
+             flashbulb=np.zeros(n, bool), decay_class=np.array([gm.EPHEMERAL, gm.EPHEMERAL, gm.REGIME, gm.TACTICAL]))
+    sc = score_and_gate(cfg, c)
+    assert sc["salience"].tolist() == pytest.approx(intensity.tolist())
+    assert sc["decay_class"].tolist() == [gm.EPHEMERAL, gm.TACTICAL, gm.REGIME, gm.TACTICAL]
+    assert sc["ttl_days"].tolist() == [14, 30, 30, 7]
+    assert (sc["window_ms"] / DAY).tolist() == pytest.approx([14 * 1.55, 30 * 1.8, 30 * 1.8, 7 * 1.35])
+
+
+def test_the_dead_receive_nothing_even_when_a_push_was_sent_before_they_died(tmp_path):
+    """SPEC §9: a push in flight to a sibling that dies before it arrives is not delivered to it:
+    no copy, no contagion."""
+    w = _world(tmp_path, text="name: w\nduration: 1h\nseed: 1\ngolems:\n  - {count: 3}\n")
+    w.gr.insert(np.array([0]), np.ones((1, w.gr.dim)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf,
+                                                            has_tag=True, p=np.float32(-0.8), a=np.float32(0.9)))
+    from golem import clade
+    entry = clade.capture(w.gr, 0)
+    w.pop.alive[2] = False
+    before = w.pop.pad.copy()
+    w.deliver([(0, entry, "flashbulb", np.array([1, 2]), np.array([2.0, 2.0]))])
+    assert w.gr.count.tolist() == [1, 1, 0]
+    assert w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3) and (w.pop.pad[2] == before[2]).all()
+
+
+@pytest.mark.parametrize("arousal, pushed", [(0.3, True), (0.9, False)])
+def test_warnings_are_pushed_only_at_confidence_0_7(arousal, pushed):
+    """SPEC §9: a warning (a high-severity event) goes to the Clade when its confidence, 0.9 x
+    factor(A), is >= 0.7: at A 0.3 it is 0.9, at A 0.9 0.9 x exp(-0.5) = 0.55."""
+    m = minds.mind(n=1)
+    obs = minds.observation(m, events=[("exploit", 3, "exploit drained-pool")])
+    out, _ = _reflect(m, minds.sensed(m, IX, pad=(-0.5, arousal, 0.0), sev=3), obs=obs)
+    rows = minds.written(out)
+    warn = rows["category"] == CAT["warning"]
+    assert warn.sum() == 1 and rows["confidence"][warn][0] == pytest.approx(0.9 * _factor(arousal), abs=1e-6)
+    assert [p["alert_type"] for p in out.pushes if p["alert_type"] != "flashbulb"] == (["warning"] if pushed else [])
+    r = dict(category=np.array([CAT["warning"]] * 3), confidence=np.array([0.69, 0.7, 0.71], np.float32),
+             flashbulb=np.zeros(3, bool), golem=np.zeros(3, np.int64), id=np.arange(3), slot=np.arange(3))
+    assert [p["entry_id"] for p in hb.warning_pushes(r, 0.7)] == [1, 2]
+
+
+def test_protection_threshold_is_the_configs():
+    """grimoire.protected_salience (0.7): from it an entry is never evicted nor archived and dreams
+    re-boost it; raised to 0.8, an entry at 0.75 is neither protected nor re-boosted."""
+    from golem import dreams
+    for protect, kept in ((0.7, True), (0.8, False)):
+        m = minds.mind(n=1, cap=2, cfg=minds.config(**{"grimoire.protected_salience": protect}))
+        _entries(m, 0, np.eye(2, m.gr.dim), salience=np.array([0.75, 0.1], np.float32), decay_class=gm.TACTICAL,
+                 window_ms=np.float64(DAY), importance=np.array([0.1, 0.9], np.float32))
+        slots, _ = m.gr.insert(np.array([0]), np.ones((1, m.gr.dim)), dict(created_ms=0, last_access_ms=0))
+        assert (slots[0] == 1) == kept                     # protected: the other one goes
+        m2 = minds.mind(n=1, cap=2, cfg=minds.config(**{"grimoire.protected_salience": protect}))
+        _entries(m2, 0, np.eye(1, m2.gr.dim), salience=np.float32(0.75), decay_class=gm.TACTICAL,
+                 window_ms=np.float64(DAY), importance=np.float32(0.1))
+        assert curatorm.curate(m2, 0, 10 * DAY)["archived"] == int(not kept)   # demoted, then past 2 x 1.75 d
+        dreams.dream(m2.gr, 0, 10 * DAY, m2.cfg)
+        assert m2.gr.cols["importance"][0] == pytest.approx(0.1 if kept else 0.1 * 0.95)
+
+
+def test_windows_of_the_loss_history_and_rumination_are_the_configs():
+    """emotion.recurring_loss_window: the losses counted are the last n ticks'; retrieval.
+    rumination_window: the guard looks at that many retrievals."""
+    m = minds.mind(n=1, cfg=minds.config(**{"emotion.recurring_loss_window": 3, "retrieval.rumination_window": 4}))
+    m.pop.loss_bits[0] = 0b11001
+    assert [m.pop.recent_losses(IX, w)[0] for w in (1, 3, 5)] == [1, 1, 3]
+    assert m.pop.neg_share.shape == (1, 4)
+    _entries(m, 0, np.ones((2, m.gr.dim)), p=np.array([-0.9, 0.2], np.float32),
+             importance=np.array([1.0, 0.0], np.float32))
+    m2 = minds.mind(n=1, cfg=minds.config(**{"retrieval.top_k": 1, "retrieval.rumination_window": 4}))
+    _entries(m2, 0, np.ones((2, m2.gr.dim)), p=np.array([-0.9, 0.2], np.float32),
+             importance=np.array([1.0, 0.0], np.float32))
+    for shares, fires in (([0.9, 0.9, 0.9, 0.1], False), ([0.9, 0.9, 0.9, 0.9], True)):
+        m2.pop.neg_share[0] = shares
+        out = TickOutput()
+        m2.decide(IX, minds.observation(m2), minds.sensed(m2, IX, pad=(-0.5, 0.5, 0.0)), out)
+        assert len(minds.events(out, "anti_rumination")) == int(fires)
