@@ -65,15 +65,13 @@ def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), **over) -> dict:
              value=np.full(b, 10_000.0), tick_pnl=z.copy(), vol_ratio=np.ones(b), regime=np.zeros(b, np.int64),
              regime_shift=np.zeros(b, bool), new_regime=np.zeros(b, bool), sev=np.zeros(b, np.int64),
              sgn=np.zeros(b, np.int64), prediction=np.zeros(b, np.int64), held=np.zeros(b, bool),
-             pad=np.tile(np.asarray(pad, dtype=np.float64), (b, 1)), label=np.zeros(b, np.int8),
+             pad=np.broadcast_to(np.asarray(pad, dtype=np.float64), (b, 3)).copy(), label=np.zeros(b, np.int8),
              emotion=np.zeros(b, np.int8), intensity=z.copy(), recent_losses=np.zeros(b, np.int64),
              pattern=np.zeros(b, np.int64), neg_marker=np.zeros(b, bool), pos_marker=np.zeros(b, bool),
              marker_valence=z.copy(), marker_strength=np.zeros(b, np.int32), tier=np.zeros(b, np.int64),
              first=np.zeros(b, bool), exploit_held=np.zeros(b, bool), reflex={})
     for k, v in over.items():
         s[k] = np.broadcast_to(np.asarray(v), np.shape(s[k])).copy() if isinstance(s[k], np.ndarray) else v
-    if "pad" in over and np.ndim(over["pad"]) == 1:
-        s["pad"] = np.tile(np.asarray(over["pad"], dtype=np.float64), (b, 1))
     from golem import appraisal
     p, a, d = s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2]
     if "emotion" not in over:

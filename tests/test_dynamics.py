@@ -309,3 +309,17 @@ def test_mortality_phase_bands_by_hand():
     v = np.array([1.0, 0.7000001, 0.7, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.0, -0.5, np.nan])
     assert mortality.phase_of(v, cfg).tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4]
 
+
+
+def test_every_escalated_tick_is_an_escalation_event(flash_run):
+    """SPEC §13: escalations are events: one per tick above T0, with the tier the heartbeat paid
+    and its reasons (a T2 is a flashbulb's forced deep reflection or a high probe)."""
+    h = table(flash_run.run_dir, "heartbeats").filter(pl.col("tier") != "T0")
+    ev = events(flash_run.run_dir, "escalation")
+    assert h.height > 0 and ev.height == h.height
+    p = payloads(ev)
+    got = sorted((g, t, ("T0", "T1", "T2")[x["tier"]]) for g, t, x in zip(ev["golem_id"], ev["tick"], p))
+    assert got == sorted(zip(h["golem_id"], h["tick"], h["tier"]))
+    assert all(x["probe"] or x["marker"] or x["novelty"] or x["flashbulb"] for x in p)
+    assert all(x["flashbulb"] or x["probe"] for x in p if x["tier"] == 2)
+    assert np.allclose(ev["value"], [0.35 if x["tier"] == 2 else 0.001 for x in p])
