@@ -61,17 +61,22 @@ def test_regret_insight_holds_the_opposite_actions_outcome_and_the_unbiased_one(
     """Golem 0 was fully in through a 2 % fall: the opposite (out) would have earned 2 % more, so
     an insight with outcome tanh(-2). Golem 1 was out through a 1 % rally: the opposite (in) would
     have earned 1 % more, outcome tanh(+1) (no prediction was at stake: the old rule wrote none).
-    Both calm: outcome and raw_outcome agree and nothing is tagged arousal_bias."""
-    m = minds.mind(n=2)
-    ix = np.array([0, 1])
-    s = minds.sensed(m, ix, pad=(-0.5, 0.2, 0.0), ret=np.array([-0.02, 0.01]), tick_pnl=np.array([-200.0, 0.0]))
-    _reflect(m, s, minds.decided(m, ix), minds.acted(ix, exposure_before=np.array([1.0, 0.0])), ix=ix)
+    Golem 2 was 80 % in through a 1 % fall: the opposite (20 % in) stood 0.6 away, outcome
+    tanh(-0.6), not the move's tanh(-1). All calm: outcome and raw_outcome agree and nothing is
+    tagged arousal_bias."""
+    m = minds.mind(n=3)
+    ix = np.array([0, 1, 2])
+    s = minds.sensed(m, ix, pad=(-0.5, 0.2, 0.0), ret=np.array([-0.02, 0.01, -0.01]),
+                     tick_pnl=np.array([-200.0, 0.0, -80.0]))
+    x2 = 0.8 * 0.99 / 0.992                     # exposure at the end of the fall of one 80 % in at its start
+    _reflect(m, s, minds.decided(m, ix), minds.acted(ix, exposure_before=np.array([1.0, 0.0, x2])), ix=ix)
     c = m.gr.cols
     r = _rows(m, K_REGRET)
-    assert (r // m.gr.capacity).tolist() == [0, 1]
+    assert (r // m.gr.capacity).tolist() == [0, 1, 2]
     got = {int(sl // m.gr.capacity): (float(c["outcome"][sl]), float(c["raw_outcome"][sl])) for sl in r}
     assert got[0] == pytest.approx((math.tanh(-2.0), math.tanh(-2.0)), abs=1e-6)
     assert got[1] == pytest.approx((math.tanh(1.0), math.tanh(1.0)), abs=1e-6)
+    assert got[2] == pytest.approx((math.tanh(-0.6), math.tanh(-0.6)), abs=1e-6)
     assert not c["arousal_bias"][r].any() and (c["category"][r] == CAT["insight"]).all()
     # the opposite action earned less (fully in through a rally): no regret
     m2 = minds.mind(n=1)
@@ -190,7 +195,8 @@ def _acted_entry(times_days, ring=3):
     gr.insert(np.array([0]), np.ones((1, 4)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf))
     gr.phrases[0] = "anonymous-deployer"
     for t in times_days:
-        gr.cols["acted_on_count"][0] += 1
+        gr.cols["acted_on_count"][0] += 1          # what rt.recall does for a served entry
+        gr.cols["last_acted_ms"][0] = int(t * DAY)
         reflex.record_acts(gr, np.array([[0]]), int(t * DAY))
     return gr
 
