@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -197,12 +197,34 @@ class MarketSpec(_M):
         return self
 
 
+def _plugin_spec(v):
+    from sim.plugins import check_spec
+    return check_spec(v)
+
+
+#: a registered name (momentum) or a plug-in: package.module:function, path/to/file.py:function (sim.plugins)
+PluginSpec = Annotated[str, AfterValidator(_plugin_spec)]
+
+
+class HookSpec(_M):
+    """An appraisal hook (golem.hooks) and its keyword parameters."""
+
+    hook: PluginSpec
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def _hook(v):
+    return {"hook": v} if isinstance(v, str) else v
+
+
 class GolemGroup(_M):
     count: int = Field(ge=1)
     clade: str = "clade-0"
     asset: str | None = None            # default: the first asset
     temperament: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    strategy: Literal["momentum", "mean_reversion", "hodl"] = "momentum"
+    strategy: PluginSpec = "momentum"   # momentum | mean_reversion | hodl | module:function | file.py:function
+    strategy_params: dict[str, Any] = Field(default_factory=dict)   # keyword parameters of the strategy
+    appraisal_hooks: list[Annotated[HookSpec, BeforeValidator(_hook)]] = Field(default_factory=list)
     budget: float = Field(1000.0, gt=0)  # inference/gas budget (USD)
     capital: float = Field(10_000.0, gt=0)
     exposure: float = Field(0.5, ge=0, le=1)  # initial exposure
