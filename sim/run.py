@@ -165,11 +165,12 @@ def stop_on_signals(world: World):
 
 
 def drive(world: World, manifest: dict, run_dir: Path, record: bool, until_s: float, resume=None,
-          end_s: float | None = None) -> RunResult | None:
+          end_s: float | None = None, stop=None) -> RunResult | None:
     """Run the world to `until_s` and keep the manifest honest: complete, interrupted (flushed,
     with where it stopped) or failed (a plug-in's error: flushed, the error named). A completed run
-    drops its checkpoint: nothing is left to resume. With `end_s` beyond `until_s` the run stays
-    open (status running) and None is returned: the Python API drives a run in steps."""
+    drops its checkpoint: nothing is left to resume. With `end_s` beyond `until_s`, or when
+    `stop()` ends the drive early (World.run), the run stays open (status running) and None is
+    returned: the Python API drives a run in steps."""
     from golem.plugins import PluginError
     from sim.plugins import PluginFailed
     log = structlog.get_logger()
@@ -178,7 +179,7 @@ def drive(world: World, manifest: dict, run_dir: Path, record: bool, until_s: fl
     gc.freeze()   # the setup's objects live all run: keep the cyclic collector from rescanning them
     try:
         with stop_on_signals(world) if record else nullcontext():
-            world.run(until_s, resume=resume, finish=until_s >= end_s)
+            reached = world.run(until_s, resume=resume, finish=until_s >= end_s, stop=stop)
     except BaseException as exc:
         failed = isinstance(exc, PluginError)
         if record:
@@ -199,7 +200,7 @@ def drive(world: World, manifest: dict, run_dir: Path, record: bool, until_s: fl
     finally:
         gc.unfreeze()   # a sweep runs many worlds in one process: let this one's cycles go
     world.stats.wall_s += time.perf_counter() - t0
-    if until_s < end_s:
+    if until_s < end_s or not reached:
         return None
     wall = world.stats.wall_s
     manifest.update(status="complete", wall_s=round(wall, 3), golem_ticks=world.stats.ticks,

@@ -350,15 +350,25 @@ def load_scenario(path: str | Path, sets: dict[str, Any] | None = None) -> Scena
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    """tree[a][b][c] = value for 'a.b.c'; a number indexes a list ('golems.0.strategy')."""
     parts = dotted.split(".")
     cur = tree
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if not isinstance(nxt, dict):
+    for i, p in enumerate(parts):
+        if isinstance(cur, list):
+            if not (p.isdigit() and int(p) < len(cur)):
+                where = ".".join(parts[:i])
+                raise InputError(f"--set {dotted}: {where} is a list of {len(cur)}; expected an index 0..{len(cur) - 1}")
+            p = int(p)
+        elif not isinstance(cur, dict):
+            raise InputError(f"--set {dotted}: {'.'.join(parts[:i])} is {cur!r}, not a mapping")
+        if i == len(parts) - 1:
+            cur[p] = value
+            return
+        nxt = cur[p] if isinstance(cur, list) else cur.get(p)
+        if not isinstance(nxt, (dict, list)):
             nxt = {} if nxt is None else nxt
             cur[p] = nxt
         cur = nxt
-    cur[parts[-1]] = value
 
 
 SCENARIO_KEYS = tuple(Scenario.model_fields)

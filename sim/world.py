@@ -434,19 +434,21 @@ class World:
             self._record_deliveries()
             self.rec.flush(background)
 
-    def run(self, until_s: float, resume=None, finish: bool = True) -> None:
+    def run(self, until_s: float, resume=None, finish: bool = True, stop=None) -> bool:
         """Run to `until_s` (events at exactly until_s do not run, as with env.run(until)).
 
         `resume` (a sim.checkpoint.Checkpoint whose state is already restored) recreates the
         pending events in their recorded order instead of starting the processes afresh.
         `finish=False` stops there without closing the run (the Python API's steps: a later call
-        goes on, and the tables are those of one call to the end). Raises RunInterrupted, between
-        two events, once `stop_signal` is set.
+        goes on, and the tables are those of one call to the end); `stop()`, asked after each
+        instant, may end the call early. Returns whether until_s was reached. Raises
+        RunInterrupted, between two events, once `stop_signal` is set.
         """
         self.begin(resume, progress_every_s=max(until_s / 200, 300))
-        self.advance(until_s)
-        if finish:
+        reached = self.advance(until_s, stop)
+        if finish and reached:
             self.finish()
+        return reached
 
     def begin(self, resume=None, progress_every_s: float = 300.0) -> None:
         """Start the processes (once; later calls do nothing)."""
@@ -464,18 +466,19 @@ class World:
         if self.progress is not None:
             self.start("reporter", self.reporter(progress_every_s))
 
-    def advance(self, until_s: float, stop=None) -> None:
-        """Process every event before `until_s` (or, with `stop`, until stop() says so between
-        two instants), leaving the clock at until_s."""
+    def advance(self, until_s: float, stop=None) -> bool:
+        """Process every event before `until_s`, leaving the clock at until_s (True); with `stop`,
+        end early once stop() says so after an instant's last event (False)."""
         env = self.env
         while self.stop_signal is None and env.peek() < until_s:
             env.step()
-            if stop is not None and env.peek() > env.now and stop():
-                return
+            if stop is not None and env.peek() > env.now and env.peek() < until_s and stop():
+                return False
         if self.stop_signal is not None:
             raise RunInterrupted(self.stop_signal)
         if env.now < until_s:
             env.run(until=until_s)
+        return True
 
     def finish(self) -> None:
         """Close the run: record the bar at the end time and flush everything."""
