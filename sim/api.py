@@ -226,7 +226,7 @@ class Simulation:
         w = self.world
         pop, tape = w.pop, w.tape
         asset = pop.asset.astype(np.int64)
-        price = tape.close[max(tape.index_at(w.now_ms + w.t0_ms), 0), asset]
+        price = tape.close[max(w.market_step, 0), asset]     # the last bar the world's market has shown
         value = pop.cash + pop.units * price
         mood = getattr(pop, "mood", pop.pad)
         from golem import appraisal
