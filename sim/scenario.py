@@ -222,9 +222,11 @@ class GolemGroup(_M):
     clade: str = "clade-0"
     asset: str | None = None            # default: the first asset
     temperament: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    strategy: PluginSpec = "momentum"   # momentum | mean_reversion | hodl | module:function | file.py:function
-    strategy_params: dict[str, Any] = Field(default_factory=dict)   # keyword parameters of the strategy
-    appraisal_hooks: list[Annotated[HookSpec, BeforeValidator(_hook)]] = Field(default_factory=list)
+    strategy: PluginSpec = Field("momentum", description="momentum, mean_reversion, hodl, another registered "
+                                 "name, package.module:function or path/to/file.py:function (docs/api.md)")
+    strategy_params: dict[str, Any] = Field(default_factory=dict, description="keyword parameters of the strategy")
+    appraisal_hooks: list[Annotated[HookSpec, BeforeValidator(_hook, json_schema_input_type=Union[PluginSpec, HookSpec])]] \
+        = Field(default_factory=list, description="functions adding to the stimulus: a name or {hook, params}")
     budget: float = Field(1000.0, gt=0)  # inference/gas budget (USD)
     capital: float = Field(10_000.0, gt=0)
     exposure: float = Field(0.5, ge=0, le=1)  # initial exposure

@@ -441,3 +441,22 @@ def test_builtins_are_plug_ins_of_the_documented_form():
     assert stratm.hodl(view) == pytest.approx([1.0 * 0.8, (1.0 - 0.15) * 1.0])
     assert stratm.momentum(view, trend_window=12, trend_scale=50.0)[0] == pytest.approx(
         min(0.5 + 0.5 * np.tanh(50 * 0.02) + 0.15, 1.0) * 0.8)
+
+
+def test_a_sweep_runs_plug_ins_in_its_workers_and_reruns_edited_ones(where, tmp_path):
+    from sim import sweep as sw
+    d = tmp_path / "sw"
+    d.mkdir()
+    (d / "my_strategies.py").write_text(PLUGINS)
+    scenario(d, "my_strategies.py:by_id", name="s.yaml")
+    (d / "sweep.yaml").write_text("scenarios: [s.yaml]\noverride_sets:\n  - {decision.fear_scale: 0.0}\n"
+                                  "seeds: [1]\nsets: {duration: 3h}\n")
+    first = sw.run_sweep(d / "sweep.yaml", d / "out", executor=sw.LocalPool(1), environ={})
+    assert first.ok == 1 and first.reused == 0
+    assert sw.run_sweep(d / "sweep.yaml", d / "out", executor=sw.LocalPool(1), environ={}).reused == 1
+    (d / "my_strategies.py").write_text(PLUGINS.replace("view.golem_id / 10.0", "view.golem_id / 20.0"))
+    again = sw.run_sweep(d / "sweep.yaml", d / "out", executor=sw.LocalPool(1), environ={})
+    assert again.ok == 1 and again.reused == 0                  # the edited plug-in ran, not the old tables
+    run = next((d / "out").glob("runs/**/manifest.json")).parent
+    hb = table(run, "heartbeats").filter((pl.col("golem_id") == 2) & (pl.col("tick") == 0))
+    assert hb["target_exposure"].to_list() == [0.1]
