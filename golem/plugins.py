@@ -57,7 +57,7 @@ def call(plugin: Plugin, view: "CohortView", columns: int | None = None) -> np.n
         out = plugin.fn(view, **plugin.params)
     except Exception as exc:   # the researcher's code: any failure is reported, never swallowed
         raise PluginError(f"{plugin.where}: {plugin.role} {plugin.name!r} raised {_one_line(exc)}"
-                          f"{_origin(exc)} {at}") from exc
+                          f"{_origin(exc, plugin.fn)} {at}") from exc
     try:
         arr = np.asarray(out, dtype=np.float64)
     except (TypeError, ValueError):
@@ -81,12 +81,14 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _origin(exc: BaseException) -> str:
-    """' (file.py:12)': the innermost frame of the plug-in's own code that raised."""
+def _origin(exc: BaseException, fn) -> str:
+    """' (file.py:12)': the innermost frame in the plug-in's own file (else the innermost frame),
+    so an error raised inside numpy still points at the plug-in's line that called it."""
     frames = traceback.extract_tb(exc.__traceback__)[1:]   # [0] is `call` itself
     if not frames:
         return ""
-    f = frames[-1]
+    own = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    f = next((f for f in reversed(frames) if f.filename == own), frames[-1])
     return f" ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})"
 
 
@@ -155,7 +157,7 @@ class CohortView:
     def with_memory(self, memory_signal: np.ndarray) -> "CohortView":
         """The same view with another memory signal (the decision without the contrarian section)."""
         sub = CohortView(self._mind, self._ix, self._obs, {**self._memory, "memory_signal": memory_signal}, self.params)
-        sub._cache = dict(self._cache)
+        sub._cache = {k: v for k, v in self._cache.items() if k != "memory:memory_signal"}
         return sub
 
     def with_params(self, params: Mapping[str, Any]) -> "CohortView":

@@ -195,7 +195,9 @@ class Simulation:
     def _drive(self, until_s: float, stop=None) -> "Simulation":
         from sim.run import drive
         if self._failed is not None:
-            raise InputError(f"the run failed earlier and cannot go on: {self._failed}")
+            how = "failed" if self.status == "failed" else "was interrupted"
+            more = f" (golem-sim resume {self.run_dir} continues it)" if how != "failed" and self.run_dir else ""
+            raise InputError(f"the run {how} earlier and cannot go on here{more}: {self._failed}")
         if self.done:
             return self
         try:

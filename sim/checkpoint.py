@@ -396,7 +396,8 @@ def resume(run_dir: str | Path, progress=None):
     configure_logging(run_dir)
     rec = Recorder(run_dir, part_start=ck.part)
     from sim.plugins import resolve as resolve_plugins
-    plugins = resolve_plugins(scenario, None, manifest.get("plugins"))   # the code the run loaded
+    plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded
+                              source=f"{run_dir / 'manifest.json'} scenario")
     world = World(scenario, cfg, tape, seed, recorder=rec, progress=progress, plugins=plugins)
     world.checkpoint_dir = run_dir / "checkpoint"
     ck.restore(world)

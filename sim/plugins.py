@@ -80,11 +80,13 @@ class Plugins:
 
 
 # ------------------------------------------------------------------------------------ resolving
-def resolve(scenario: Scenario, scenario_path: str | Path | None = None, recorded: dict | None = None) -> Plugins:
+def resolve(scenario: Scenario, scenario_path: str | Path | None = None, recorded: dict | None = None,
+            source: str | None = None) -> Plugins:
     """Every plug-in the scenario names, loaded and checked (parameters bound to the signature).
 
     `recorded` is a run manifest's `plugins` section: a replay loads what the run loaded (the
-    recorded file, the recorded import path of a name registered at run time)."""
+    recorded file, the recorded import path of a name registered at run time). `source` names the
+    scenario in error lines when it is not a file (a replay's manifest)."""
     path = Path(scenario_path) if scenario_path else None
     base = Path(recorded["base_dir"]) if recorded and recorded.get("base_dir") else \
         (path.resolve().parent if path is not None and str(path) else None)
@@ -95,7 +97,7 @@ def resolve(scenario: Scenario, scenario_path: str | Path | None = None, recorde
             node = read_yaml(path)[1]
         except InputError:
             node = None
-    source = str(path) if path is not None and str(path) else "scenario"
+    source = source or (str(path) if path is not None and str(path) else "scenario")
     out = Plugins(base_dir=str(base) if base else None)
     seen: dict[tuple[str, str], int] = {}
 
@@ -141,7 +143,7 @@ def _load(spec: str, role: str, base: Path | None, where: str, recorded: dict | 
         if fn is None:
             fn = _entry_point(group, spec, where)
         if fn is None and recorded and recorded.get("import_path"):
-            return _load_target(recorded["import_path"], role, None, where, recorded)
+            return _load_target(recorded["import_path"], role, None, where, recorded, spec=spec)
         if fn is None:
             known = sorted(set(registry) | {ep.name for ep in metadata.entry_points(group=group)})
             raise InputError(f"{where}: unknown {role} {spec!r}; expected a registered name ({', '.join(known)}) or "
@@ -176,6 +178,10 @@ def _load_target(target: str, role: str, base: Path | None, where: str, recorded
             rec = " (recorded by the run)" if recorded else ""
             raise InputError(f"{where}: {role} file {file} not found{rec}; expected a Python file defining {attr}")
         module = _exec_file(file, where, role)
+    elif head == "__main__":
+        raise InputError(f"{where}: {role} {spec!r} was defined in __main__ (a notebook or a script) when the run "
+                         "was made and cannot be loaded again; expected it in a module or a file "
+                         "(package.module:function or path/to/file.py:function)")
     else:
         try:
             module = importlib.import_module(head)

@@ -460,3 +460,20 @@ def test_a_sweep_runs_plug_ins_in_its_workers_and_reruns_edited_ones(where, tmp_
     run = next((d / "out").glob("runs/**/manifest.json")).parent
     hb = table(run, "heartbeats").filter((pl.col("golem_id") == 2) & (pl.col("tick") == 0))
     assert hb["target_exposure"].to_list() == [0.1]
+
+
+def test_a_name_registered_in_a_notebook_cannot_be_replayed_elsewhere(where, tmp_path):
+    def from_a_cell(view):
+        return np.full(view.n, 0.4)
+    from_a_cell.__module__ = "__main__"          # as a function defined in a notebook cell is
+    stratm.register("cell", from_a_cell)
+    try:
+        res = run(scenario(where, "cell"), tmp_path / "run")
+    finally:
+        del stratm.REGISTRY["cell"]
+    assert res.manifest["plugins"]["loaded"][0]["import_path"].startswith("__main__:")
+    code, text = cli("replay", res.run_dir, "--verify")
+    flat = text.replace("\n", "")
+    assert code == 2 and "Traceback" not in text
+    assert f"{res.run_dir / 'manifest.json'} scenario: golems.0.strategy: strategy 'cell' was defined in __main__" in flat
+    assert "package.module:function" in flat
