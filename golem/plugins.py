@@ -92,6 +92,12 @@ def _origin(exc: BaseException, fn) -> str:
     return f" ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})"
 
 
+def mood_of(pop) -> np.ndarray:
+    """(n, 3) the population's slow mood (SPEC §2.1); the emotion stands in for it where the
+    population keeps no separate mood. The one place plug-ins and the Python API read mood from."""
+    return getattr(pop, "mood", pop.pad)
+
+
 def _subset(v, rows):
     """Rows of a memory column: an array, or a function making one (computed when first read)."""
     return (lambda: v()[rows]) if callable(v) else v[rows]
@@ -201,11 +207,7 @@ class CohortView:
     pad = property(lambda self: self._pop("pad"))
     temperament = property(lambda self: self._pop("baseline"))
 
-    @property
-    def mood(self) -> np.ndarray:
-        # the slow mood (SPEC §2.1) where the population has one; emotion stands in for it otherwise
-        pop = self._mind.pop
-        return self._get("mood", lambda: getattr(pop, "mood", pop.pad)[self._ix])
+    mood = property(lambda self: self._get("mood", lambda: mood_of(self._mind.pop)[self._ix]))
 
     # -------------------------------------------------------------- market
     @property

@@ -29,6 +29,7 @@ from golem import grimoire as gm
 from golem import mortality
 from golem import pad as padm
 from golem.memory_writer import KINDS
+from golem.plugins import mood_of
 from golem.population import PHASES
 from sim.recorder import SCHEMAS, TABLES, Recorder, _build
 from sim.scenario import InputError, parse_duration
@@ -230,7 +231,7 @@ class Simulation:
         asset = pop.asset.astype(np.int64)
         price = tape.close[max(w.market_step, 0), asset]     # the last bar the world's market has shown
         value = pop.cash + pop.units * price
-        mood = getattr(pop, "mood", pop.pad)
+        mood = mood_of(pop)
         from golem import appraisal
         emotion = appraisal.classify_batch(pop.pad[:, 0], pop.pad[:, 1], pop.pad[:, 2], w.mind.protos,
                                            w.cfg.emotion.neutral_norm)
