@@ -103,7 +103,7 @@ def test_a_strategy_from_a_file_outside_the_package_drives_the_run(where, tmp_pa
     # no fear scaling: the constant plug-in's target is what the Golems aim for on every awake tick
     f = scenario(where, "my_strategies.py:constant", "my_strategies.py:by_id",
                  extra="  - {count: 1, clade: other, asset: ETH, strategy: my_strategies.py:constant, "
-                       "strategy_params: {level: 0.8}}\n", name="drives.yaml")
+                       "strategy_params: {level: 0.8}, interval: 10m}\n", name="drives.yaml")   # a cohort of its own
     res = run(f, tmp_path / "run", sets=["decision.fear_scale=0", "mortality.enabled=false"])
     hb = table(res.run_dir, "heartbeats").filter(pl.col("state_path") != "DREAMING")
     aimed = hb.filter(pl.col("probe") != "high")    # a high probe on a held asset exits, whatever the strategy
