@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from golem import appraisal, contrarian, dreams, flashbulb, kernels, mortality, reflex
+from golem import hooks as hookm
+from golem import strategies as stratm
 from golem import curator as curatorm
 from golem import grimoire as gm
 from golem import retrieval as rt
 from golem.context import Lexicon, normalise, topic_code
 from golem.memory_writer import KINDS, Candidates, write
+from golem.plugins import CohortView
 from golem.pad import EMOTION_CODES as EMOTION_NAMES
 from golem.population import HIST, Population
 
@@ -44,6 +47,8 @@ class Observation:
     events: list[tuple[str, int, str]]    # (kind, severity, tokens) of the events some cohort Golem sees now
     sees: np.ndarray                      # (cohort Golems, events) bool: Golem i sees events[e]
     event_assets: np.ndarray | None = None  # asset index of each event (-1 market-wide); None: all market-wide
+    bars: dict[str, np.ndarray] | None = None   # the tape's columns, (steps, assets) or (steps,): plug-ins
+                                                # read rows <= step (golem.plugins.CohortView.bars)
 
     def seeing(self, kinds) -> np.ndarray:
         """Per cohort Golem: does it see an event of one of `kinds`?"""
@@ -92,8 +97,12 @@ class Mind:
     """The population's cognition: config, state arrays, Grimoire and the per-state functions."""
 
     def __init__(self, cfg, pop: Population, gr: gm.Grimoire, assets: tuple[str, ...], regime_names: tuple[str, ...],
-                 seed: int, protocols: tuple[str, ...] | None = None):
+                 seed: int, protocols: tuple[str, ...] | None = None, strategies: stratm.StrategyTable | None = None,
+                 hooks: hookm.HookTable | None = None):
         self.cfg = cfg
+        # plug-ins (golem.plugins): pop.strategy codes index the strategies; hooks add to the stimulus
+        self.strategies = strategies if strategies is not None else stratm.StrategyTable.builtins()
+        self.hooks = hooks if hooks is not None else hookm.HookTable()
         self.pop = pop
         self.gr = gr
         self.assets = assets
@@ -185,6 +194,7 @@ class Mind:
                                         regime_shift.astype(np.float64), sev, pos_change,
                                         pop.last_action[ix], shock)
         stim = np.stack([sp, sa, sd], axis=1)
+        stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
         pad = appraisal.update(pop.pad[ix], stim, pop.baseline[ix], ap.persistence, ap.gain)
         pop.pad[ix] = pad
         p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
@@ -293,17 +303,19 @@ class Mind:
         drove = np.where(has_out, slots, -1)
         pop.drove[ix] = drove
         pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
-        # base strategy signal
+        # the strategy (golem.strategies): each Golem's plug-in reads a read-only view of the cohort
+        # and its recall, and returns target exposures; the mind's own rules follow
         dc = cfg.decision
-        t = pop.tick[ix]
-        past = pop.price_hist[ix, (t - dc.trend_window) % HIST]
-        mom = np.where(np.isnan(past) | (t < dc.trend_window), 0.0, s["price"] / np.where(np.isnan(past), 1, past) - 1.0)
-        trend = np.tanh(dc.trend_scale * pop.trend_scale[ix] * mom)
+        view = CohortView(self, ix, obs, memory=dict(
+            memory_signal=mem, served_ids=lambda: np.where(served, sc["id"], -1),
+            served_scores=lambda: np.where(served, scores, np.nan),
+            served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=val,
+            served_outcome=lambda: np.where(served & sc["has_outcome"], sc["outcome"], np.nan),
+            served_confidence=lambda: np.where(served, sc["confidence"], np.nan)))
         strat = pop.strategy[ix]
-        base_sig = np.where(strat == 0, trend, np.where(strat == 1, -trend, 1.0))
+
         def choose(m):
-            signal = 0.5 * base_sig + dc.memory_weight * pop.memory_weight[ix] * m
-            t = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
+            t = self.strategies.targets(view.with_memory(m), strat, dc.max_exposure)
             t = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], t)
             t = np.where((s["sev"] >= 3) & s["held"], 0.0, t)   # a high probe on a held asset: get out
             # fear lowers risk appetite: aroused and displeased, a Golem scales its exposure down
@@ -351,7 +363,7 @@ class Mind:
             valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, ids, -1),
             reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy(),
             contrarian_ids=contra_ids, contrarian_changed=changed)
-        return dict(query=query, topics=topics, target=target, mem=mem, base_sig=base_sig, tier=tier,
+        return dict(query=query, topics=topics, target=target, mem=mem, tier=tier,
                     nserved=nserved, val=val, novelty=novelty)
 
     def context_topics(self, ix: np.ndarray, obs: Observation, s: dict) -> np.ndarray:
