@@ -24,7 +24,7 @@ def signal_type(alert_type: str, category: str, pleasure: float) -> str:
 
 FIELDS = ("category", "topic", "scope", "kind", "importance", "salience", "decay_class", "has_tag", "p", "a", "d",
           "i0", "emotion", "label", "attribution", "arousal_bias", "flashbulb", "outcome", "has_outcome", "role",
-          "window_ms", "id")
+          "window_ms", "ttl_days", "id")
 
 
 def capture(gr: gm.Grimoire, slot: int) -> dict:

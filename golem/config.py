@@ -23,6 +23,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "retrieval.mode": ("standard", "somatic_hdc"),
     "retrieval.salience_rank": ("off", "shadow", "live"),
     "reflex.promotion": ("manual", "auto"),
+    "grimoire.import_source": ("own", "verified", "inherited", "inferred", "speculative"),
 }
 #: Keys that take a number or a word (section.key -> the word).
 NUMBER_OR: dict[str, str] = {

@@ -41,6 +41,15 @@ def curator_weights(pleasures: np.ndarray, arousals: np.ndarray, tagged: np.ndar
     return np.where(tagged & (np.asarray(arousals, dtype=np.float64) > high_arousal), w * (1.0 + arousal_correction), w)
 
 
+@njit(cache=True)
+def reevaluation_agrees(biased: float, unbiased: float, tolerance: float = 0.1) -> bool:
+    """Curator step 2 (SPEC §7.2): does the calm re-run of a counterfactual support the insight an
+    aroused Golem wrote? It does when the mood's bias moved the outcome by at most `tolerance`;
+    beyond that the insight claimed more (or other) than the evidence gives, and is contradicted
+    (SPEC §3.4: -0.20; validated +0.10)."""
+    return abs(biased - unbiased) <= tolerance
+
+
 # --- the pass ---------------------------------------------------------------------------------
 
 from golem import grimoire as gm  # noqa: E402
@@ -61,22 +70,22 @@ def heat(access_count: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, parallel=True)
 def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, importance, confidence, window_ms,
-          last_access_ms, status, now_ms, promote_score, demote_score, class_days):
+          ttl_days, last_access_ms, status, now_ms, promote_score, demote_score, class_days, protect):
     """Curator step 3 on the due Golems' slabs, in place: promotion/demotion of the decay class by
-    the weighted curator score (with the window re-derived from the new class), then archiving of
-    expired entries; returns the (promoted, demoted, archived) counts per Golem.
+    the weighted curator score, the window re-derived from the new class (SPEC §3.2:
+    max(class days, tier TTL) * (1 + salience), so a demotion shortens it), then archiving of
+    expired entries (age from last access >= twice the window); returns the (promoted, demoted,
+    archived) counts per Golem.
 
-    Unprotected live entries only (structural, flashbulb or salience >= 0.7 are protected).
-    score = weight * importance * confidence * (1 + salience) in float32 and compared in float32,
-    window = max(class days, min(window / day / (1 + salience), 30)) * (1 + salience) * day in
-    float64: the numpy expressions operation for operation (tests/test_curation.py keeps them as
-    the reference), one pass over each slab instead of some twenty whole-slab arrays; Golems touch
-    only their own slabs, so they are spread over numba's threads."""
+    Unprotected live entries only (structural, flashbulb or salience >= `protect` are protected).
+    score = weight * importance * confidence * (1 + salience) is computed and compared in the
+    columns' float32; the window in float64. Golems touch only their own slabs, so they are spread
+    over numba's threads."""
     n = golems.size
     n_up = np.zeros(n, dtype=np.int64)
     n_down = np.zeros(n, dtype=np.int64)
     n_arch = np.zeros(n, dtype=np.int64)
-    keep = np.float32(0.7)
+    keep = np.float32(protect)
     promote = np.float32(promote_score)     # a Python float against a float32 column: compared in float32
     demote = np.float32(demote_score)
     for r in prange(n):
@@ -89,15 +98,14 @@ def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, i
             dc = decay_class[s]
             if dc == gm.STRUCTURAL or flashbulb[s] or sal >= keep:
                 continue
-            one_sal = np.float32(1.0) + sal
-            score = curator_weight[s] * importance[s] * confidence[s] * one_sal
+            score = curator_weight[s] * importance[s] * confidence[s] * (np.float32(1.0) + sal)
             up = score >= promote and dc < gm.REGIME
-            down = score <= demote and dc > gm.EPHEMERAL
+            down = score <= demote and dc > gm.EPHEMERAL and not up   # promotion first (promote <= demote)
             w = window_ms[s]
             if up or down:
                 dc = dc + np.int8(up) - np.int8(down)
                 decay_class[s] = dc
-                w = max(class_days[dc], min(w / DAY_MS / np.float64(one_sal), 30.0)) * np.float64(one_sal) * DAY_MS
+                w = max(class_days[dc], np.float64(ttl_days[s])) * (1.0 + np.float64(sal)) * DAY_MS
                 window_ms[s] = w
                 n_up[r] += up
                 n_down[r] += down
@@ -180,16 +188,17 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     calm = pop.mood[golems, 1] < cu.calm_arousal    # calm in mood, not just this minute (SPEC §2.1)
     fig, cnt = balance_and_reevaluate(
         golems, gr.capacity, live, pop.curator_last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
-        c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"], c["confidence"], calm,
-        bool(cu.balance), cu.valence_gain, cu.arousal_floor, cu.arousal_gain, cu.minority_threshold,
-        cfg.arousal.high_band, gm.CATEGORIES.index("insight"), cfg.confidence.validation, cfg.confidence.contradiction)
+        c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"], c["has_outcome"],
+        c["confidence"], calm, bool(cu.balance), cu.valence_gain, cu.arousal_floor, cu.arousal_gain,
+        cu.minority_threshold, cfg.arousal.high_band, gm.CATEGORIES.index("insight"), cfg.confidence.validation,
+        cfg.confidence.contradiction, cu.reevaluation_tolerance)
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
     g_cfg = cfg.grimoire
     class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
     n_up, n_down, n_archived = tiers(golems, gr.capacity, live, c["salience"], c["decay_class"], c["flashbulb"],
                                      c["curator_weight"], c["importance"], c["confidence"], c["window_ms"],
-                                     c["last_access_ms"], c["status"], now_ms, cu.promote_score, cu.demote_score,
-                                     class_days)
+                                     c["ttl_days"], c["last_access_ms"], c["status"], now_ms, cu.promote_score,
+                                     cu.demote_score, class_days, gr.protect)
     # 4. consolidation into lessons, each Golem's groups in (scope, topic) order
     grp_row, anchors, starts, members = lesson_groups(
         golems, gr.capacity, live, c["scope"], c["topic"], c["created_ms"], c["consolidated"], c["category"],
@@ -216,18 +225,22 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
 
 @njit(cache=True)
 def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias,
-                           category, outcome, raw_outcome, confidence, calm, balance, valence_gain, arousal_floor,
-                           arousal_gain, minority_threshold, high_arousal, insight, validation, contradiction):
+                           category, outcome, raw_outcome, has_outcome, confidence, calm, balance, valence_gain,
+                           arousal_floor, arousal_gain, minority_threshold, high_arousal, insight, validation,
+                           contradiction, tolerance):
     """Curator steps 1 and 2 on each due Golem's slab, in place; returns figures (rows x 4: valence
     and arousal corrections, mean valence, mean arousal) and counts (rows x 5: recent entries,
     tagged ones, reweighted, re-evaluated, contradicted).
 
     Step 1 over the entries created since the Golem's last pass, in slot order: the corrections
     from `emotional_balance` (its sequential sums), the means as numpy sums them (`np_sum`), and
-    with `balance` the `curator_weights` of those entries. Step 2 when the Golem is calm: its
-    arousal-biased insights get the outcome their evidence gave (raw_outcome), confidence +
-    validation where the signs agree, - contradiction where not, clipped in float64 and stored in
-    float32."""
+    with `balance` the `curator_weights` of those entries. Step 2 when the Golem is calm: each
+    arousal-biased insight with a counterfactual is compared with its unbiased re-run
+    (`reevaluation_agrees`: raw_outcome within `tolerance` of the biased outcome), confidence +
+    validation where it agrees, - contradiction where not (clipped in float64, stored in float32),
+    and takes the unbiased outcome; an insight without one (nothing to re-run) only loses the flag.
+    Counts: recent entries, tagged ones, reweighted, re-evaluated (counterfactuals re-run),
+    contradicted."""
     n = golems.size
     fig = np.zeros((n, 4))
     cnt = np.zeros((n, 5), dtype=np.int64)
@@ -276,13 +289,15 @@ def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a
             for j in range(cap):
                 s = base + j
                 if live[r, j] and arousal_bias[s] and category[s] == insight:
-                    agree = np.sign(outcome[s]) == np.sign(raw_outcome[s])
+                    arousal_bias[s] = False
+                    if not has_outcome[s]:
+                        continue
+                    agree = reevaluation_agrees(np.float64(outcome[s]), np.float64(raw_outcome[s]), tolerance)
                     conf = np.float64(confidence[s])
                     confidence[s] = np.minimum(1.0, np.maximum(0.0, conf + validation if agree else conf - contradiction))
                     cnt[r, 3] += 1
                     cnt[r, 4] += not agree
                     outcome[s] = raw_outcome[s]
-                    arousal_bias[s] = False
     return fig, cnt
 
 

@@ -83,7 +83,7 @@ def dream_batch(gr: Grimoire, golems: np.ndarray, now_ms: int, cfg, score_fn=Non
     live = gr.live_rows(golems)
     imp = c["importance"].reshape(gr.n_golems, gr.capacity)
     pre = imp[golems]
-    salient = c["salience"][slots] >= 0.7
+    salient = c["salience"][slots] >= np.float32(gr.protect)
     imp[golems] = np.where(live & ~salient, pre * d.downscale, pre)
     # mean |A| of the replayed tags (REM takes the charge out whichever the arousal's sign), per
     # Golem as numpy takes a mean: a full replay row by row at once, a short one on its own

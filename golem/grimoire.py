@@ -29,8 +29,18 @@ DAY_MS = 86_400_000
 
 
 def fill(base: float, term: float) -> float:
-    """Fill up toward 1 by `term` of the remaining headroom; never adds past 1 (SPEC §3.3)."""
-    return base + term * (1.0 - base)
+    """Fill up toward 1 by `term` of the remaining headroom; never past 1 (SPEC §3.3), whatever
+    the term (a config may make one exceed 1) and however the last bit rounds."""
+    return min(1.0, base + term * (1.0 - base))
+
+
+def pnl_magnitude(tick_pnl: float, portfolio_value: float, pnl_scale: float = 0.05) -> float:
+    """m = min(1, |pnl| / (pnl_scale * value)); with nothing left (value <= 0) any change is
+    everything (1) and no change nothing (0): the limit of the formula as value falls to 0."""
+    denom = pnl_scale * portfolio_value
+    if denom > 0:
+        return min(1.0, abs(tick_pnl) / denom)
+    return 1.0 if tick_pnl != 0 else 0.0
 
 
 def salience(intensity: float, tick_pnl: float, portfolio_value: float, pleasure: float, *,
@@ -45,8 +55,7 @@ def salience(intensity: float, tick_pnl: float, portfolio_value: float, pleasure
     sighting is floored at 0.70. Role scaling precedes the additive boosts so a boost is always
     worth the same 0.1 (our reading; docs/decisions.md).
     """
-    m = min(1.0, abs(tick_pnl) / (pnl_scale * portfolio_value)) if portfolio_value > 0 else 1.0
-    s = fill(intensity, m)
+    s = fill(intensity, pnl_magnitude(tick_pnl, portfolio_value, pnl_scale))
     if pleasure < 0:
         s = fill(s, negativity * abs(pleasure))
     s = min(1.0, s * role_scale)
@@ -82,13 +91,14 @@ def effective_window_days(decay_class: int, tier_ttl_days: float, sal: float,
 
 
 def status_at(now_ms: int, last_accessed_ms: int, window_days: float, archived: bool = False) -> int:
-    """active, stale past the window, expired past twice the window (age from last access)."""
+    """active, stale from the window on, expired from twice the window on (age from last access):
+    an age of exactly twice the window is expired here as in retrieval and the curator."""
     if archived:
         return ARCHIVED
-    age_days = (now_ms - last_accessed_ms) / DAY_MS
-    if age_days > 2 * window_days:
+    age_ms = now_ms - last_accessed_ms
+    if age_ms >= 2.0 * window_days * DAY_MS:
         return EXPIRED
-    if age_days > window_days:
+    if age_ms >= window_days * DAY_MS:
         return STALE
     return ACTIVE
 
@@ -125,9 +135,13 @@ def eviction_score(importance: float, confidence: float, sal: float) -> float:
     return importance * confidence * (1.0 + sal)
 
 
-def is_protected(decay_class: int, flashbulb: bool, sal: float) -> bool:
+#: salience from which an entry is protected (`grimoire.protected_salience`)
+PROTECTED_SALIENCE = 0.7
+
+
+def is_protected(decay_class: int, flashbulb: bool, sal: float, threshold: float = PROTECTED_SALIENCE) -> bool:
     """Structural, flashbulb or salience >= 0.7 entries are never evicted nor archived."""
-    return decay_class == STRUCTURAL or flashbulb or sal >= 0.7
+    return decay_class == STRUCTURAL or flashbulb or sal >= threshold
 
 
 # --- the arena -------------------------------------------------------------------------------
@@ -144,7 +158,7 @@ _COLUMNS: dict[str, type] = {
     "last_acted_ms": np.int64, "reflex": np.bool_, "status": np.int8, "heat": np.float32,
     "outcome": np.float32, "has_outcome": np.bool_, "curator_weight": np.float32, "low_conf": np.bool_,
     "role": np.int8, "last_reflex_ms": np.int64, "raw_outcome": np.float32, "consolidated": np.bool_,
-    "regime": np.int16,
+    "regime": np.int16, "ttl_days": np.float32,   # the salience tier's TTL (0: bypassed gating, e.g. imports)
 }
 
 
@@ -164,6 +178,8 @@ class Grimoire:
     phrases: dict[int, str] = field(default_factory=dict)   # event tokens an entry was written under
     fingerprints: bool = False      # keep a 10,240-bit HDC fingerprint per entry (retrieval.mode somatic_hdc)
     on_insert: object = None        # callback(slots) after a write, e.g. to fingerprint new entries
+    protect: float = PROTECTED_SALIENCE   # salience from which an entry is never evicted nor archived
+    act_ring: int = 3               # act times kept per entry (reflex.promotion_min: "acted on >= n times in 30 days")
 
     def __post_init__(self) -> None:
         n = self.n_golems * self.capacity
@@ -176,6 +192,9 @@ class Grimoire:
         self.emb = np.zeros((n, self.dim), dtype=np.float32)
         self.count = np.zeros(self.n_golems, dtype=np.int64)
         self.fp = np.zeros((n, 160), dtype=np.uint64) if self.fingerprints else None
+        # the times of an entry's last `act_ring` acts, a ring indexed by acted_on_count: the
+        # oldest of them, when there are that many, says whether they all fall in a window
+        self.acted_ms = np.zeros((n, max(1, self.act_ring)), dtype=np.int64)
 
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("cols")
@@ -184,7 +203,8 @@ class Grimoire:
         raise AttributeError(name)
 
     def bytes_per_entry(self) -> float:
-        total = self.emb.nbytes + sum(c.nbytes for c in self.cols.values()) + (self.fp.nbytes if self.fp is not None else 0)
+        total = (self.emb.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_ms.nbytes
+                 + (self.fp.nbytes if self.fp is not None else 0))
         return total / (self.n_golems * self.capacity)
 
     def slab(self, g: int) -> slice:
@@ -211,7 +231,8 @@ class Grimoire:
         golem = np.asarray(golem, dtype=np.int64)
         c = self.cols
         slots, evicted = _pick_slots(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
-                                     c["salience"], c["decay_class"], c["flashbulb"], c["status"])
+                                     c["salience"], c["decay_class"], c["flashbulb"], c["status"], MANY_EVICTIONS,
+                                     self.protect)
         ok = slots >= 0
         every = bool(ok.all())                      # the usual case: no row to drop
         n_ok = golem.size if every else int(ok.sum())
@@ -313,7 +334,7 @@ MANY_EVICTIONS = 1
 
 @njit(cache=True, parallel=True)
 def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class, flashbulb, status,
-                many=MANY_EVICTIONS):
+                many=MANY_EVICTIONS, protect=PROTECTED_SALIENCE):
     """Sequentially choose a slot for each new entry of each Golem: the next free one, else evict.
 
     A slot given to an entry of this batch (free or evicted) is marked STRUCTURAL, off-limits
@@ -334,7 +355,7 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
             starts[n_groups] = j
             n_groups += 1
     starts[n_groups] = golem.size
-    keep = np.float32(0.7)
+    keep = np.float32(protect)
     for grp in prange(n_groups):
         buf = np.empty(cap)
         scored = False

@@ -451,6 +451,8 @@ def hamming_topk(query, fps, k):
     return ids, sims
 
 
-def somatic_score(recency: float, importance: float, relevance: float, hdc_similarity: float) -> float:
-    """Somatic-enhanced retrieval score (SPEC §11): the HDC similarity stands in for the emotional factor."""
-    return 0.30 * recency + 0.30 * importance + 0.25 * relevance + 0.15 * hdc_similarity
+def somatic_score(recency: float, importance: float, relevance: float, hdc_similarity: float,
+                  weights: tuple[float, float, float, float] = (0.30, 0.30, 0.25, 0.15)) -> float:
+    """Somatic-enhanced retrieval score (SPEC §11): the HDC similarity stands in for the emotional
+    factor (weights: `retrieval.hdc_recency`, `hdc_importance`, `hdc_relevance`, `hdc_similarity`)."""
+    return weights[0] * recency + weights[1] * importance + weights[2] * relevance + weights[3] * hdc_similarity

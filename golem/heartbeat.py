@@ -6,16 +6,20 @@ SimPy, no files. Terminal Golems pass through TERMINAL and are DEAD afterwards.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from golem import appraisal, contrarian, dreams, flashbulb, kernels, mortality, reflex
+from golem import hooks as hookm
+from golem import strategies as stratm
 from golem import curator as curatorm
 from golem import grimoire as gm
 from golem import retrieval as rt
 from golem.context import Lexicon, normalise, topic_code
 from golem.memory_writer import KINDS, Candidates, write
+from golem.plugins import CohortView
 from golem.pad import EMOTION_CODES as EMOTION_NAMES
 from golem.population import HIST, Population
 from golem.rng import uniform
@@ -43,6 +47,9 @@ class Observation:
     probe_sev: np.ndarray                 # per cohort Golem, 0..3
     events: list[tuple[str, int, str]]    # (kind, severity, tokens) of the events some cohort Golem sees now
     sees: np.ndarray                      # (cohort Golems, events) bool: Golem i sees events[e]
+    event_assets: np.ndarray | None = None  # asset index of each event (-1 market-wide); None: all market-wide
+    bars: dict[str, np.ndarray] | None = None   # the tape's columns, (steps, assets) or (steps,): plug-ins
+                                                # read rows <= step (golem.plugins.CohortView.bars)
     ref_rate: np.ndarray | None = None    # (assets,) normal volatility per sqrt(second): arousal's reference
 
     def rows(self, keep: np.ndarray) -> "Observation":
@@ -96,8 +103,12 @@ class Mind:
     """The population's cognition: config, state arrays, Grimoire and the per-state functions."""
 
     def __init__(self, cfg, pop: Population, gr: gm.Grimoire, assets: tuple[str, ...], regime_names: tuple[str, ...],
-                 seed: int, protocols: tuple[str, ...] | None = None):
+                 seed: int, protocols: tuple[str, ...] | None = None, strategies: stratm.StrategyTable | None = None,
+                 hooks: hookm.HookTable | None = None):
         self.cfg = cfg
+        # plug-ins (golem.plugins): pop.strategy codes index the strategies; hooks add to the stimulus
+        self.strategies = strategies if strategies is not None else stratm.StrategyTable.builtins()
+        self.hooks = hooks if hooks is not None else hookm.HookTable()
         self.pop = pop
         self.gr = gr
         self.assets = assets
@@ -110,6 +121,21 @@ class Mind:
             pop.ctx = np.zeros((pop.n, gr.dim), dtype=np.float32)
             pop.drove = np.full((pop.n, self.prm.top_k), -1, dtype=np.int64)
             pop.drove_sign = np.zeros((pop.n, self.prm.top_k), dtype=np.int8)
+        # state sized by the config (Population allocates the spec defaults)
+        n = pop.n
+        if pop.contrarian_pending.shape[1] != cfg.contrarian.top_k:
+            pop.contrarian_pending = np.full((n, cfg.contrarian.top_k), -1, dtype=np.int64)
+        if pop.neg_share.shape[1] != cfg.retrieval.rumination_window:
+            pop.neg_share = np.zeros((n, cfg.retrieval.rumination_window))
+        ring = max(1, cfg.reflex.promotion_min)
+        if gr.acted_ms.shape[1] != ring:
+            gr.act_ring = ring
+            gr.acted_ms = np.zeros((gr.n_golems * gr.capacity, ring), dtype=np.int64)
+        gr.protect = cfg.grimoire.protected_salience
+        #: first sightings (SPEC §3.3): entity name ("protocol:aave", "counterparty:0xdead") -> its
+        #: column of pop.protocol_seen, in order of first appearance
+        self.entities: dict[str, int] = {}
+        self.flashbulbs = np.zeros(n, dtype=np.int64)   # flashbulbs fired per Golem, over its life
         self.protocols = protocols or tuple(a.lower() for a in assets)
         self.gas_level = "normal"
         self.im = None
@@ -153,7 +179,6 @@ class Mind:
         var = np.where(seen > 0, (pop.r2_hist[ix] * recent).sum(axis=1) / np.maximum(seen, 1e-12),
                        obs.ref_rate[asset] ** 2)
         vol_ratio = np.sqrt(var) / obs.ref_rate[asset]
-        vol_move = np.abs(lr) / (obs.ref_rate[asset] * np.sqrt(dt_s))   # this move in normal deviations
         regime = np.full(ix.size, obs.regime, dtype=np.int64)
         last_regime = pop.last_regime[ix]
         regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
@@ -204,14 +229,16 @@ class Mind:
         truth = np.clip(np.tanh(ap.k_p * pnl_rate) + np.tanh(ap.k_return * look.window_return)
                         - np.tanh(ap.k_drawdown * look.drawdown), -1.0, 1.0)
         stim = np.stack([sp, sa, sd], axis=1)
+        stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
         pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
         pop.pad[ix] = pad
         mood = appraisal.mood_update(pop.mood[ix], pad, pop.baseline[ix], dt_s, ap.mood_half_life_s)
         pop.mood[ix] = mood
         p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
         loss = tick_pnl < 0
-        pop.loss_bits[ix] = ((pop.loss_bits[ix] << 1) | loss) & 0b11111
-        recent_losses = pop.recent_losses(ix)
+        window = cfg.emotion.recurring_loss_window
+        pop.loss_bits[ix] = ((pop.loss_bits[ix] << 1) | loss) & ((1 << window) - 1)
+        recent_losses = pop.recent_losses(ix, window)
         label = appraisal.label_batch(cfg, p, a, recent_losses, pop.failed_attempts[ix], sev >= 3)
         pop.failed_attempts[ix] = np.where(loss, pop.failed_attempts[ix] + 1, np.where(tick_pnl > 0, 0, pop.failed_attempts[ix]))
         pop.high_a_run[ix] = np.where(a > cfg.flashbulb.arousal, pop.high_a_run[ix] + 1, 0)
@@ -227,7 +254,6 @@ class Mind:
         tier = np.where(sev >= 3, 2, tier)
         tier = np.where(pos_marker & (sev < 2), 0, tier)
         return dict(asset=asset, price=price, ret=ret, lr=lr, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
-                    vol_move=vol_move,
                     regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, sgn=sgn,
                     prediction=prediction, held=held, danger=danger, pad=pad, mood=mood, truth=truth, label=label,
                     emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
@@ -251,7 +277,7 @@ class Mind:
             rows = obs.seeing((kind,))
             base[rows] = self.lex.with_tokens(base[rows], [f"event:{kind}"], 1.5)
         query = normalise(base)
-        topic = np.array([topic_code(f"{a}/price-move") for a in self.assets], dtype=np.int32)[s["asset"]]
+        topics = self.context_topics(ix, obs, s)
         if cfg.retrieval.mode == "somatic_hdc":
             mood = s["mood"]
             fps = self.fingerprints(mood[:, 0], mood[:, 1], mood[:, 2], s["emotion"], s["intensity"],
@@ -288,13 +314,10 @@ class Mind:
         # touch and acted-on counts of the served entries (they drive this decision), and their
         # columns: sc[name] = c[name][safe] after that
         sc = rt.recall(gr, slots, res.shadow, obs.now_ms)
+        reflex.record_acts(gr, slots, obs.now_ms)
         # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
-        sem = np.nan_to_num(res.factors[:, :, 0], nan=-1.0)
-        react = tagged & (sem >= cfg.decay.reactivation_cosine) & (sc["topic"] == topic[:, None])
-        rs = slots[react]
-        c["reactivated"][rs] = True
-        c["react_count"][rs] += 1   # distinct slots (see rt.recall)
-        c["last_react_ms"][rs] = obs.now_ms
+        react = reactivate(gr, slots, tagged, res.factors[:, :, 0], sc["topic"], topics, obs.now_ms,
+                           cfg.decay.reactivation_cosine)
         # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
         has_out = served & sc["has_outcome"]
         conf = sc["confidence"]
@@ -318,17 +341,19 @@ class Mind:
         drove = np.where(has_out, slots, -1)
         pop.drove[ix] = drove
         pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
-        # base strategy signal
+        # the strategy (golem.strategies): each Golem's plug-in reads a read-only view of the cohort
+        # and its recall, and returns target exposures; the mind's own rules follow
         dc = cfg.decision
-        t = pop.tick[ix]
-        past = pop.price_hist[ix, (t - dc.trend_window) % HIST]
-        mom = np.where(np.isnan(past) | (t < dc.trend_window), 0.0, s["price"] / np.where(np.isnan(past), 1, past) - 1.0)
-        trend = np.tanh(dc.trend_scale * pop.trend_scale[ix] * mom)
+        view = CohortView(self, ix, obs, memory=dict(
+            memory_signal=mem, served_ids=lambda: np.where(served, sc["id"], -1),
+            served_scores=lambda: np.where(served, scores, np.nan),
+            served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=val,
+            served_outcome=lambda: np.where(served & sc["has_outcome"], sc["outcome"], np.nan),
+            served_confidence=lambda: np.where(served, sc["confidence"], np.nan)))
         strat = pop.strategy[ix]
-        base_sig = np.where(strat == 0, trend, np.where(strat == 1, -trend, 1.0))
+
         def choose(m):
-            signal = 0.5 * base_sig + dc.memory_weight * pop.memory_weight[ix] * m
-            t = np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
+            t = self.strategies.targets(view.with_memory(m), strat, dc.max_exposure)
             t = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], t)
             t = np.where(s["danger"], 0.0, t)   # a high probe on its asset: get out, and stay out for a while
             # fear lowers risk appetite: in an aroused, displeased mood a Golem scales its exposure down
@@ -351,7 +376,8 @@ class Mind:
                 p = pop.contrarian_pending[ix[i]]
                 contra_ids[i] = c["id"][p[p >= 0]].tolist()
         pop.contrarian_pending[ix[pending]] = -1
-        novelty = np.nan_to_num(res.factors[:, 0, 0], nan=-1.0) < cfg.escalation.novelty_threshold
+        # novel: nothing in memory resembles the situation (the pool's best semantic match, SPEC §5)
+        novelty = res.pool[:, kernels.POOL_BEST_SEMANTIC] < cfg.escalation.novelty_threshold
         tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
         low_conf = served & (conf < cfg.confidence.low_flag) & (sc["access_count"] >= cfg.confidence.low_flag_accesses)
         ids = sc["id"]
@@ -375,8 +401,33 @@ class Mind:
             valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, ids, -1),
             reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy(),
             contrarian_ids=contra_ids, contrarian_changed=changed)
-        return dict(query=query, topic=topic, target=target, mem=mem, base_sig=base_sig, tier=tier,
-                    nserved=nserved, val=val)
+        return dict(query=query, topics=topics, target=target, mem=mem, tier=tier,
+                    nserved=nserved, val=val, novelty=novelty)
+
+    def context_topics(self, ix: np.ndarray, obs: Observation, s: dict) -> np.ndarray:
+        """The topics of each Golem's current context, (Golems x topics) codes, -1 where none: what
+        an entry must be about to be re-lived now (reactivation, SPEC §2.6). Every entry topic has
+        its moment: `<asset>/price-move` and `<asset>/trade` always (each tick is a trading
+        decision on the asset), `<asset>/<kind>` for each market event seen now,
+        `<asset>/flashbulb` when a flashbulb trigger holds now, `<asset>/dominance-correction` when
+        the Golem's dominance is below the reflection threshold, `<asset>/death-reflection` when its
+        own life is declining or terminal."""
+        cfg, pop = self.cfg, self.pop
+        asset = s["asset"]
+        emotion = s["pad"]      # flashbulb triggers read the emotion (SPEC §2.1)
+        load_pad = s["mood"]    # the reflection's emotional load (SPEC §5)
+
+        def codes(kind):
+            return np.array([topic_code(f"{a}/{kind}") for a in self.assets], dtype=np.int64)[asset]
+        trig = flashbulb.triggers(cfg, emotion[:, 1], pop.high_a_run[ix], s["tick_pnl"], s["value"], s["new_regime"],
+                                  s["sev"]).any(axis=1)
+        cols = [codes("price-move"), codes("trade"),
+                np.where(trig, codes("flashbulb"), -1),
+                np.where(load_pad[:, 2] < cfg.reflection.dominance, codes("dominance-correction"), -1),
+                np.where(pop.phase[ix] >= 3, codes("death-reflection"), -1)]
+        for kind in sorted({k for k, _, _ in obs.events}):
+            cols.append(np.where(obs.seeing((kind,)), codes(kind), -1))
+        return np.stack(cols, axis=1)
 
     # ------------------------------------------------------------------ ACTING
     def act(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict) -> dict:
@@ -418,18 +469,28 @@ class Mind:
     # ------------------------------------------------------------------ REFLECTING
     def reflect(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict, ac: dict, out: TickOutput) -> dict:
         cfg, pop, gr = self.cfg, self.pop, self.gr
+        rc = cfg.reflection
         now = obs.now_ms
-        p, a, d = s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2]
+        p, a, d = s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2]   # the tag of what is written: the tick's emotion
+        load_pad = s["mood"]                                          # the reflection's emotional load: the mood (SPEC §5)
+        load_p, load_a, load_d = load_pad[:, 0], load_pad[:, 1], load_pad[:, 2]
         n = ix.size
         cand = Candidates()
         prev_ctx = np.where(s["first"][:, None], dd["query"], pop.ctx[ix])
-        outcome = np.tanh(s["ret"] / 0.01)
+        outcome = np.tanh(s["ret"] / rc.outcome_scale)
         low_band = a < cfg.arousal.low_band
         signals = (s["sev"] >= 3).astype(np.int64) + s["regime_shift"] + (s["recent_losses"] >= cfg.emotion.recurring_loss_min)
+        # an insight written in crisis (the emotion's A > 0.5, SPEC §2.4) or under an aroused mood (the
+        # emotional load, §5) is tagged for the curator's re-evaluation; only the mood bends its counterfactual
+        loaded = load_a > cfg.arousal.high_band
+        aroused = loaded | (a > cfg.arousal.high_band)
         common = dict(p=p, a=a, d=d, has_tag=True, emotion=s["emotion"], label=s["label"], value=s["value"],
                       pnl=s["tick_pnl"], signals=signals, provenance=-1, tick=pop.tick[ix], flashbulb=False,
-                      first_sighting=False, force_internal=False, arousal_bias=a > cfg.arousal.high_band,
+                      first_sighting=False, force_internal=False, arousal_bias=False,
                       golem=ix, scope=s["asset"].astype(np.int32), regime=s["regime"])
+
+        def insight(mask):       # the common columns of insights: arousal_bias where the load is high
+            return {**_sel(common, mask), "arousal_bias": aroused[mask]}
         # (1) what just happened, filed under the context that led to it
         asset = s["asset"]
         keep = ~s["first"]
@@ -447,10 +508,8 @@ class Mind:
         rank = np.cumsum(sees, axis=1) - 1
         for u, (kind, sev, tokens) in enumerate(distinct):
             rows = np.flatnonzero(sees[:, u])
-            kid = _kind_slot(kind)
             cols = _sel(common, rows)
-            cols["first_sighting"] = ~pop.protocol_seen[ix[rows], kid]
-            pop.protocol_seen[ix[rows], kid] = True
+            cols["first_sighting"] = self._first_sightings(ix[rows], obs, rows, (kind, sev, tokens))
             warn = sev >= 3
             cand.add(normalise(self.lex.with_tokens(dd["query"][rows].astype(np.float64), [f"event:{kind}"], 2.0)),
                      self.topic_names(asset[rows], kind), **cols, seq=1 + rank[rows, u], kind=K_EVENT, role=ROLE_OBS,
@@ -467,28 +526,35 @@ class Mind:
                      kind=K_TRADE, role=ROLE_ACT, category=CAT["episode"], decay_class=gm.EPHEMERAL,
                      source_conf=cfg.confidence.own, importance=np.clip(np.abs(ac["dexp"][tr]), 0, 1),
                      outcome=0.0, has_outcome=False, event_kind="")
-        # (4) reflection: counterfactual regret, with the emotional load of the mood (SPEC §5 REFLECTING)
-        load = s["mood"]
-        miss = (s["prediction"] < 0) & (s["vol_move"] > 1.5)
-        if miss.any():
-            bias = np.where(load[:, 1] > cfg.arousal.high_band, 0.3 * load[:, 0], 0.0)   # arousal bends the imagined alternative
-            cf = np.clip(outcome + bias, -1, 1)
-            cand.add(prev_ctx[miss], self.topic_names(asset[miss], "price-move"), **_sel(common, miss),
+        # (4) reflection (SPEC §5 REFLECTING): the counterfactual is the opposite action on the same
+        # tape; an insight when it would have earned more. Under high arousal the insight holds the
+        # counterfactual bent toward the mood, and keeps the unbiased one for the curator (§7.2)
+        dc = cfg.decision
+        max_exp = dc.max_exposure * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
+        held = held_exposure(ac["exposure_before"], s["ret"])
+        _, gain, cf = counterfactual(held, s["ret"], max_exp, rc.outcome_scale)
+        regret = ~s["first"] & (gain > rc.regret_min)
+        if regret.any():
+            biased = np.where(loaded, np.clip(cf + rc.mood_bias * load_p, -1.0, 1.0), cf)
+            cand.add(prev_ctx[regret], self.topic_names(asset[regret], "price-move"), **insight(regret),
                      seq=30, kind=K_REGRET, role=ROLE_INS, category=CAT["insight"], decay_class=gm.REGIME,
-                     source_conf=cfg.confidence.inferred, importance=0.6, outcome=cf[miss], has_outcome=True,
-                     event_kind="")
-        dom = load[:, 2] < -0.3
+                     source_conf=cfg.confidence.inferred, importance=0.6, outcome=biased[regret],
+                     raw_outcome=cf[regret], has_outcome=True, event_kind="")
+        # low control: a dominance correction, and a "what could I have done" insight (internal
+        # attribution): a guess at alternatives with no evidence, so speculative (SPEC §3.4)
+        dom = load_d < rc.dominance
         if dom.any():
             cand.add(prev_ctx[dom], self.topic_names(asset[dom], "dominance-correction"),
-                     **{**_sel(common, dom), "force_internal": True},
+                     **{**insight(dom), "force_internal": True},
                      seq=31, kind=K_DOMINANCE, role=ROLE_INS, category=CAT["insight"], decay_class=gm.TACTICAL,
-                     source_conf=cfg.confidence.inferred, importance=0.5, outcome=0.0, has_outcome=False, event_kind="")
-        harsh = load[:, 0] < -0.7
+                     source_conf=cfg.confidence.speculative, importance=0.5, outcome=0.0, has_outcome=False,
+                     event_kind="")
+        harsh = load_p < rc.backcheck_pleasure
         for i in np.flatnonzero(harsh):
-            own, truth = float(load[i, 0]), float(s["truth"][i])
-            corrected = own + 0.5 * max(truth - own, 0.0)
+            truth = float(s["truth"][i])
+            corrected = load_p[i] + rc.backcheck_weight * max(truth - load_p[i], 0.0)
             out.events.append(self._event(now, int(ix[i]), "backcheck", value=corrected,
-                                          payload={"self_evaluation": own, "ground_truth": truth}))
+                                          payload={"self_evaluation": float(load_p[i]), "ground_truth": truth}))
             pop.mood[ix[i], 0] = corrected
         # flashbulb check (SPEC §6)
         trig = flashbulb.triggers(cfg, a, pop.high_a_run[ix], s["tick_pnl"], s["value"], s["new_regime"], s["sev"])
@@ -507,6 +573,7 @@ class Mind:
             fired[i] = True
             g = int(ix[i])
             pop.fb_times[g, int(np.argmin(pop.fb_times[g]))] = now
+            self.flashbulbs[g] += 1
             out.events.append(self._event(now, g, "flashbulb", value=float(a[i]), payload=payload))
         if fired.any():
             cand.add(dd["query"][fired], self.topic_names(asset[fired], "flashbulb"),
@@ -515,6 +582,7 @@ class Mind:
                      source_conf=cfg.confidence.own, importance=1.0, outcome=outcome[fired], has_outcome=True,
                      event_kind="")
         written = write(cfg, gr, cand, now) if cand.emb else None
+        self._report_aborted(cand, now, out)
         n_written = np.zeros(n, dtype=np.int64)
         tier = dd["tier"].copy()
         if written is not None:
@@ -536,11 +604,7 @@ class Mind:
                                           position_asset=int(s["asset"][i]), position_exposure=float(ac["exposure_after"][i]),
                                           links=links))
                 out.pushes.append(dict(sender=g, entry_id=eid, slot=int(written["slot"][r]), alert_type="flashbulb"))
-            # warnings with confidence >= 0.7 go to the Clade too (SPEC §9)
-            warn = (written["category"] == CAT["warning"]) & (written["confidence"] >= cfg.clade.warning_push_confidence)
-            for r in np.flatnonzero(warn & ~fbw):
-                out.pushes.append(dict(sender=int(written["golem"][r]), entry_id=int(written["id"][r]),
-                                       slot=int(written["slot"][r]), alert_type="warning"))
+            out.pushes.extend(warning_pushes(written, cfg.clade.warning_push_confidence))
         # somatic markers learn from this tick's episode
         pt = s["pattern"]
         lr = cfg.somatic.learning_rate
@@ -550,7 +614,61 @@ class Mind:
         pop.som_cnt[ix, pt] += 1
         pop.som_target[ix, pt] = dd["target"]
         pop.som_emotion[ix, pt, s["emotion"].astype(np.int64)] += 1
+        self._escalations(ix, now, s, dd, tier, fired, out)
         return dict(n_written=n_written, tier=tier, flashbulb=fired)
+
+    def _escalations(self, ix, now_ms, s, dd, tier, flashbulb_fired, out: TickOutput) -> None:
+        """One `escalation` event per Golem whose tick was escalated above T0 (SPEC §5, §13): the
+        tier paid and what raised it (probe severity, a negative somatic marker, novelty, a
+        flashbulb's forced T2); value = the inference cost."""
+        up = tier > 0
+        if not up.any():
+            return
+        esc = self.cfg.escalation
+        t = tier[up]
+        out.events.append(self._events(now_ms, ix[up], "escalation", -1, np.where(t == 2, esc.t2_cost, esc.t1_cost),
+                                       payload={"tier": t.astype(np.int64), "probe": s["sev"][up] >= 2,
+                                                "marker": s["neg_marker"][up], "novelty": dd["novelty"][up],
+                                                "flashbulb": flashbulb_fired[up]}))
+
+    def _first_sightings(self, golems: np.ndarray, obs: Observation, rows: np.ndarray, event: tuple) -> np.ndarray:
+        """For the Golems `golems` (cohort rows `rows`) that see `event`: is it their first sighting
+        of a protocol, pool or counterparty (SPEC §3.3: a salience floor of 0.70)? An event's
+        entities are the protocol of its asset (none for a market-wide event) and each counterparty
+        its description names as `counterparty:<id>`; each is marked seen."""
+        pop = self.pop
+        first = np.zeros(golems.size, dtype=bool)
+        assets = obs.event_assets if obs.event_assets is not None else np.full(len(obs.events), -1)
+        marks = []
+        for e in np.flatnonzero([ev == event for ev in obs.events]):
+            seeing = obs.sees[rows, e]
+            for name in event_entities(obs.events[e][2], int(assets[e]), self.protocols):
+                col = self._entity(name)
+                first |= seeing & ~pop.protocol_seen[golems, col]
+                marks.append((seeing, col))
+        for seeing, col in marks:
+            pop.protocol_seen[golems[seeing], col] = True
+        return first
+
+    def _entity(self, name: str) -> int:
+        """The column of pop.protocol_seen for an entity (grown as new entities appear)."""
+        col = self.entities.get(name)
+        if col is None:
+            col = self.entities[name] = len(self.entities)
+            seen = self.pop.protocol_seen
+            if col >= seen.shape[1]:
+                grown = np.zeros((seen.shape[0], max(2 * seen.shape[1], col + 1)), dtype=bool)
+                grown[:, :seen.shape[1]] = seen
+                self.pop.protocol_seen = grown
+        return col
+
+    def _report_aborted(self, cand: Candidates, now_ms: int, out: TickOutput) -> None:
+        """Empty observations the writer refused (SPEC §3.3: a logged error, no entry): one
+        `write_aborted` event each; the world logs them as errors."""
+        for g, kind, topic, reason in cand.aborted:
+            out.events.append(self._event(now_ms, g, "write_aborted", payload={"kind": KINDS[kind], "topic": topic,
+                                                                               "reason": reason}))
+        cand.aborted.clear()
 
     # ------------------------------------------------------------------ the tick
     def tick(self, ix: np.ndarray, obs: Observation) -> TickOutput:
@@ -752,17 +870,23 @@ class Mind:
             out.heartbeats = hb
 
     def _die(self, ix: np.ndarray, obs: Observation, v: np.ndarray, out: TickOutput) -> None:
-        """TERMINAL: equanimity, a death reflection pushed to the Clade, then DEAD."""
+        """TERMINAL: equanimity, a death reflection from the Golem's own history pushed to the
+        Clade, then DEAD."""
         pop, cfg = self.pop, self.cfg
         pop.pad[ix] = mortality.terminal_drift(pop.pad[ix], cfg.mortality.terminal_drift)
         pop.mood[ix] = mortality.terminal_drift(pop.mood[ix], cfg.mortality.terminal_drift)
-        cand = Candidates()
         pd = pop.pad[ix]
         price = obs.close[pop.asset[ix].astype(np.int64)]
         value = pop.cash[ix] + pop.units[ix] * price
-        cand.add(normalise(np.stack([self.lex.token("death-reflection") + self.lex.token(f"asset:{self.assets[a]}")
-                                     for a in pop.asset[ix]])),
-                 [f"{self.assets[a]}/death-reflection" for a in pop.asset[ix]],
+        causes, reflections, embs = [], [], []
+        for j, g in enumerate(ix.tolist()):
+            cause = "budget" if pop.budget[g] / pop.budget0[g] <= value[j] / pop.value0[g] else "capital"
+            texts, emb = self._death_reflection(g, cause, float(value[j] - pop.value0[g]), pd[j])
+            causes.append(cause)
+            reflections.append(texts)
+            embs.append(emb)
+        cand = Candidates()
+        cand.add(normalise(np.stack(embs)), [f"{self.assets[a]}/death-reflection" for a in pop.asset[ix]],
                  p=pd[:, 0], a=pd[:, 1], d=pd[:, 2], has_tag=True, emotion=appraisal.classify_batch(pd[:, 0], pd[:, 1], pd[:, 2], self.protos),
                  label=0, value=value, pnl=0.0, signals=0, provenance=-1, tick=pop.tick[ix], flashbulb=False,
                  first_sighting=False, force_internal=True, arousal_bias=False, golem=ix,
@@ -770,28 +894,45 @@ class Mind:
                  category=CAT["death_reflection"], decay_class=gm.STRUCTURAL, source_conf=self.cfg.confidence.own,
                  importance=1.0, outcome=0.0, has_outcome=False, event_kind="", force=True)
         rows = write(cfg, self.gr, cand, obs.now_ms)
+        self._report_aborted(cand, obs.now_ms, out)
         ids = {}
         if rows is not None:
             rows["clade"] = pop.clade[rows["golem"]]
             out.entries.append(rows)
             ids = {int(g): (int(e), int(sl)) for g, e, sl in zip(rows["golem"], rows["id"], rows["slot"])}
-        for j, g in enumerate(ix):
-            g = int(g)
-            cause = "budget" if pop.budget[g] / pop.budget0[g] <= value[j] / pop.value0[g] else "capital"
+        weights = {c: (cfg.mortality.heavy_weight if k in mortality.HEAVY else 1.0)
+                   for k, c in enumerate(mortality.DEATH_CATEGORIES)}
+        for j, g in enumerate(ix.tolist()):
             eid, slot = ids.get(g, (-1, -1))
-            emotions = {padm_name: int(cnt) for padm_name, cnt in zip(EMOTION_NAMES, pop.som_emotion[g].sum(axis=0)) if cnt}
-            worst = self.regime_names[int(np.argmin(pop.som_sum[g].reshape(16, -1).sum(axis=1)[:len(self.regime_names)]))]
-            fb_count = int((pop.fb_times[g] > -(10**15)).sum())
-            reflection = mortality.death_reflection(g, cause, float(value[j] - pop.value0[g]), fb_count, emotions, worst)
             out.events.append(self._event(obs.now_ms, g, "death", entry_id=eid, value=float(v[j]),
-                                          payload={"cause": cause, "value": float(value[j]), "budget": float(pop.budget[g]),
-                                                   "reflection": reflection,
+                                          payload={"cause": causes[j], "value": float(value[j]), "budget": float(pop.budget[g]),
+                                                   "reflection": reflections[j], "weights": weights,
                                                    "heaviest": [mortality.DEATH_CATEGORIES[k] for k in mortality.HEAVY]}))
             if eid >= 0:
                 out.pushes.append(dict(sender=g, entry_id=eid, slot=slot, alert_type="death_reflection"))
         pop.alive[ix] = False
         pop.phase[ix] = 5
         pop.dead_ms[ix] = obs.now_ms
+
+    def _death_reflection(self, g: int, cause: str, pnl: float, pad_end: np.ndarray) -> tuple[dict, np.ndarray]:
+        """Golem g's nine categories from its own live memories, flashbulbs, markers and emotions
+        (mortality.death_reflection), and the direction of the entry that carries them: its base
+        tokens plus the memories the categories are about, the heavy ones weighing more."""
+        gr, pop, cfg = self.gr, self.pop, self.cfg
+        c = gr.cols
+        sl = gr.slab(g)
+        own = np.flatnonzero((c["id"][sl] >= 0) & (c["provenance"][sl] < 0) & (c["status"][sl] != gm.ARCHIVED)) + sl.start
+        entries = {k: c[k][own] for k in ("outcome", "has_outcome", "confidence", "acted_on_count", "access_count",
+                                          "flashbulb", "arousal_bias")}
+        topics = [self.topic_name(t) for t in c["topic"][own].tolist()]
+        emotions = {name: int(cnt) for name, cnt in zip(EMOTION_NAMES, pop.som_emotion[g].sum(axis=0)) if cnt}
+        valence = mortality.regime_valences(pop.som_sum[g], pop.som_cnt[g], self.regime_names)
+        texts, subjects = mortality.death_reflection(
+            entries, gr.emb[own], topics, pnl=pnl, cause=cause, flashbulbs=int(self.flashbulbs[g]), emotions=emotions,
+            regime_valence=valence, pad=pad_end, low_flag=cfg.confidence.low_flag,
+            low_accesses=cfg.confidence.low_flag_accesses, similar=cfg.decay.reactivation_cosine)
+        base = self.lex.token("death-reflection") + self.lex.token(f"asset:{self.assets[int(pop.asset[g])]}")
+        return texts, mortality.reflection_embedding(base, gr.emb[own], subjects, cfg.mortality.heavy_weight)
 
     def _event(self, now_ms: int, golem: int, kind: str, entry_id: int = -1, other: int = -1, value: float = float("nan"),
                payload: dict | None = None) -> dict:
@@ -808,6 +949,59 @@ class Mind:
                           value=np.asarray(values, dtype=np.float64), payload=payload)
 
 
+def held_exposure(exposure_now: np.ndarray, ret: np.ndarray) -> np.ndarray:
+    """The exposure held over the tick's move, from the exposure it came to (before this tick's
+    trade) and the return: x / (1 + r (1 - x)) (the position grew by 1 + r, the rest did not)."""
+    return exposure_now / np.maximum(1.0 + ret * (1.0 - exposure_now), 1e-12)
+
+
+def counterfactual(held: np.ndarray, ret: np.ndarray, max_exposure, scale: float = 0.01):
+    """The opposite action on the same tape (SPEC §5 REFLECTING): the mirrored exposure
+    (max - held: in becomes out, out becomes in). Returns (that exposure, what it would have earned
+    beyond the choice made, as a share of value: (alt - held) * return, and its outcome: the move's
+    direction scaled by how far the alternative stood from the choice, tanh(|alt - held| r / scale),
+    in the units of an episode's outcome)."""
+    alt = np.clip(max_exposure - held, 0.0, max_exposure)
+    gain = (alt - held) * ret
+    return alt, gain, np.tanh(np.abs(alt - held) * ret / scale)
+
+
+def warning_pushes(written: dict, min_confidence: float) -> list[dict]:
+    """Warnings written with confidence >= `min_confidence` (0.7, SPEC §9) that go to the Clade
+    (flashbulbs are pushed with their snapshot)."""
+    warn = (written["category"] == CAT["warning"]) & (written["confidence"] >= min_confidence) & ~written["flashbulb"]
+    return [dict(sender=int(written["golem"][r]), entry_id=int(written["id"][r]), slot=int(written["slot"][r]),
+                 alert_type="warning") for r in np.flatnonzero(warn)]
+
+
+_COUNTERPARTY = re.compile(r"counterparty:(\S+)")
+
+
+def event_entities(tokens: str, asset: int, protocols: tuple[str, ...]) -> list[str]:
+    """Who and where an event is about (first sightings, SPEC §3.3): "protocol:<name>" of its
+    asset's protocol (pool), unless market-wide (asset -1), and "counterparty:<id>" for each
+    counterparty its description names."""
+    out = [f"protocol:{protocols[asset]}"] if 0 <= asset < len(protocols) else []
+    return out + [f"counterparty:{m}" for m in _COUNTERPARTY.findall(tokens)]
+
+
+def reactivate(gr: gm.Grimoire, slots: np.ndarray, tagged: np.ndarray, semantic: np.ndarray, entry_topic: np.ndarray,
+               context_topics: np.ndarray, now_ms: int, cosine: float = 0.8) -> np.ndarray:
+    """Reactivation (SPEC §2.6) of served entries (Golems x k `slots`, -1 none): a tagged entry
+    whose semantic cosine with the current context is >= `cosine` and whose topic is one of the
+    context's (`Mind.context_topics`) is re-lived: reactivated, count + 1, last_reactivated_at =
+    now. Returns the (Golems x k) mask of the reactivated cells."""
+    sem = np.nan_to_num(semantic, nan=-1.0)
+    same_topic = (entry_topic[:, :, None] == context_topics[:, None, :]).any(axis=2)
+    react = tagged & (slots >= 0) & (sem >= cosine) & same_topic
+    rs = slots[react]          # distinct slots: a Golem's served entries are distinct, slabs disjoint
+    c = gr.cols
+    c["reactivated"][rs] = True
+    c["react_count"][rs] += 1
+    c["last_react_ms"][rs] = now_ms
+    return react
+
+
 def _sel(common: dict, mask) -> dict:
     out = {}
     for k, v in common.items():
@@ -815,6 +1009,3 @@ def _sel(common: dict, mask) -> dict:
     return out
 
 
-def _kind_slot(kind: str) -> int:
-    """Column of Population.protocol_seen for an event kind (first-sighting floor)."""
-    return topic_code(kind) % 64

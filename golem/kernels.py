@@ -3,7 +3,8 @@
 `retrieve_batch` is the four-factor retrieval of SPEC §4.1 fused into one pass over each Golem's
 slab: eligibility, semantic dot product, temporal decay, charge-faded emotional factor, the served
 top-k, the salience-ranked shadow top-k (§4.2), the eligible pool's statistics (§13) and the best
-non-negative entry for the anti-rumination guard (§4.3). With `live` the served ranking is the
+non-negative entry for the anti-rumination guard (§4.3), and the pool's best semantic match (the
+novelty test of §5). With `live` the served ranking is the
 salience-multiplied one (and equals the shadow).
 
 How it is fast and still exact (docs/performance.md has the measurements and the rejected variants):
@@ -47,7 +48,8 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 # pool statistics columns
-POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE = range(5)
+POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE, POOL_BEST_SEMANTIC = range(6)
+POOL_COLUMNS = 6
 
 #: lanes of the semantic dot product (4 vectors of 8 float64)
 LANES = 32
@@ -357,6 +359,7 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
     sum_val = 0.0
     best_nn = -1
     best_nn_score = -np.inf
+    best_sem = -np.inf          # the best semantic match of the pool (novelty, SPEC §5)
     for b0 in range(0, n, BLOCK):
         m = min(BLOCK, n - b0)
         mpad = (m + 3) // 4 * 4
@@ -461,6 +464,7 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
         sum_val += (v0 + v1) + (v2 + v3)
         for j in range(m):
             n_el += ok_b[j]
+            best_sem = max(best_sem, sem_b[j] if ok_b[j] else -np.inf)
         # pass 3b: best non-negative entry and the two top-k lists, in slot order; one branch
         # per entry, taken only by entries that beat a current best (rare, predictable)
         sv_b = sh_b if live else sc_b
@@ -508,6 +512,7 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
     out_pool[gi, POOL_SUM_VAL] = sum_val
     out_pool[gi, POOL_BEST_NONNEG] = best_nn
     out_pool[gi, POOL_BEST_NONNEG_SCORE] = best_nn_score
+    out_pool[gi, POOL_BEST_SEMANTIC] = best_sem
 
 
 @njit(cache=True, error_model="numpy")

@@ -28,6 +28,8 @@ class Candidates:
     emb: list[np.ndarray] = field(default_factory=list)
     topics: list[np.ndarray] = field(default_factory=list)
     n: int = 0            # rows so far (kept, not recounted: add() is called once per event seen)
+    #: candidates `write` refused as empty observations: (golem, kind code, topic, reason)
+    aborted: list[tuple[int, int, str, str]] = field(default_factory=list)
 
     def add(self, emb: np.ndarray, topics: list[str] | np.ndarray, **cols) -> None:
         n = emb.shape[0]
@@ -66,11 +68,15 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     s_cfg = cfg.salience
     p, a, d = c["p"], c["a"], c["d"]
     inten = np.where(c["has_tag"], intensity_batch(p, a, d), 0.0)
-    value = c["value"]
-    m = np.minimum(1.0, np.abs(c["pnl"]) / np.maximum(s_cfg.pnl_scale * value, 1e-12))
-    s = inten + m * (1 - inten)
+    value, pnl = c["value"], c["pnl"]
+    # grimoire.pnl_magnitude: with nothing left (value <= 0) any change is everything
+    denom = s_cfg.pnl_scale * value
+    with np.errstate(over="ignore"):              # a tiny value: any P&L fills m to 1
+        m = np.where(denom > 0, np.minimum(1.0, np.abs(pnl) / np.where(denom > 0, denom, 1.0)),
+                     (pnl != 0).astype(np.float64))
+    s = np.minimum(1.0, inten + m * (1 - inten))                   # grimoire.fill: never past 1
     neg = c["has_tag"] & (p < 0)
-    s = np.where(neg, s + s_cfg.negativity * np.abs(p) * (1 - s), s)
+    s = np.where(neg, np.minimum(1.0, s + s_cfg.negativity * np.abs(p) * (1 - s)), s)
     role_scale = np.array([s_cfg.role_observation, s_cfg.role_action, s_cfg.role_insight])[c["role"]]
     s = np.minimum(1.0, s * role_scale)
     s = np.minimum(1.0, s + s_cfg.signal_boost * c["signals"])
@@ -78,8 +84,9 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     # flashbulbs bypass the gate (SPEC §3.3); so do entries the mind must keep whatever their
     # salience: death reflections and curator lessons (`force`)
     write = (s >= s_cfg.gate_min) | c["flashbulb"] | c.get("force", np.zeros(s.shape, bool)).astype(bool)
-    ttl = np.where(s < s_cfg.tier_14d, s_cfg.ttl_days_low,
-                   np.where(s < s_cfg.tier_30d, s_cfg.ttl_days_mid, s_cfg.ttl_days_high)).astype(np.float64)
+    # the salience tier's TTL; a forced write below the gate has no tier (TTL 0, as imports)
+    ttl = np.where(s < s_cfg.gate_min, 0.0, np.where(s < s_cfg.tier_14d, s_cfg.ttl_days_low,
+                   np.where(s < s_cfg.tier_30d, s_cfg.ttl_days_mid, s_cfg.ttl_days_high))).astype(np.float64)
     dc = c["decay_class"].astype(np.int8)
     promote = (s >= s_cfg.promotion) & (dc < gm.REGIME)
     dc = np.where(promote, dc + 1, dc).astype(np.int8)
@@ -91,12 +98,31 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "window_ms": window_days * DAY_MS, "intensity": inten}
 
 
+def empty_observations(emb: np.ndarray, topics: np.ndarray) -> np.ndarray:
+    """Candidates with nothing to remember: no direction (a zero or non-finite embedding) or no
+    topic. SPEC §3.3: such a write is aborted loudly, never filled with an invented entry."""
+    norm = np.sqrt(np.einsum("ij,ij->i", emb, emb))
+    return ~(np.isfinite(norm) & (norm > 0)) | (topics == "")
+
+
 def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.ndarray] | None:
-    """Score, gate and insert a batch; returns the rows of the written entries (for `entries`)."""
+    """Score, gate and insert a batch; returns the rows of the written entries (for `entries`).
+    Empty observations are not written; they are listed in `cand.aborted` for the caller to
+    report (the mind does no I/O: it emits `write_aborted` events, the world logs them)."""
     built = cand.build()
     if built is None:
         return None
     emb, c, topics = built
+    empty = empty_observations(emb, topics)
+    if empty.any():
+        for i in np.flatnonzero(empty).tolist():
+            reason = "no topic" if topics[i] == "" else "empty embedding"
+            cand.aborted.append((int(c["golem"][i]), int(c["kind"][i]), str(topics[i]), reason))
+        keep = ~empty
+        emb, topics = emb[keep], topics[keep]
+        c = {k: v[keep] for k, v in c.items()}
+        if not keep.any():
+            return None
     # scored as added (row by row, with IEEE operations only: the same bits in any order), then
     # the written rows taken once, in write order (Golem id, then candidate order)
     sc = score_and_gate(cfg, c)
@@ -123,7 +149,7 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
         "arousal_bias": c["arousal_bias"], "flashbulb": c["flashbulb"], "provenance": c["provenance"],
         "outcome": c["outcome"], "has_outcome": c["has_outcome"], "role": c["role"], "curator_weight": 1.0,
         "raw_outcome": np.where(np.isnan(c["raw_outcome"].astype(np.float64)), c["outcome"], c["raw_outcome"]).astype(np.float32),
-        "regime": c["regime"].astype(np.int16),
+        "regime": c["regime"].astype(np.int16), "ttl_days": sc["ttl_days"].astype(np.float32),
     }
     slots, ids = gr.insert(c["golem"], emb, values)
     ok = slots >= 0

@@ -63,14 +63,14 @@ class Population:
     last_action: np.ndarray = field(init=False)    # +1 filled, -1 failed, 0 none
     last_dexp: np.ndarray = field(init=False)
     last_mem: np.ndarray = field(init=False)       # memory signal of the last decision
-    loss_bits: np.ndarray = field(init=False)      # last 5 ticks: losing? (bit mask)
+    loss_bits: np.ndarray = field(init=False)      # last ticks (emotion.recurring_loss_window): losing? (bit mask)
     failed_attempts: np.ndarray = field(init=False)
     high_a_run: np.ndarray = field(init=False)
     fb_times: np.ndarray = field(init=False)       # (n, FB_RING) flashbulb times (ms), ring
     regime_seen: np.ndarray = field(init=False)    # (n, n_regimes) last tick each regime was seen
     last_regime: np.ndarray = field(init=False)
-    protocol_seen: np.ndarray = field(init=False)  # (n, 64) first-sighting flags per event kind/protocol
-    neg_share: np.ndarray = field(init=False)      # (n, 3) negative share of the last retrievals
+    protocol_seen: np.ndarray = field(init=False)  # (n, entities) sighted protocols/pools/counterparties (Mind.entities)
+    neg_share: np.ndarray = field(init=False)      # (n, retrieval.rumination_window) negative share of the last retrievals
     drove: np.ndarray = field(init=False)          # (n, k) slots that drove the last decision
     drove_sign: np.ndarray = field(init=False)     # (n, k) their outcome signs
     ctx: np.ndarray = field(init=False)            # (n, d) context of the previous tick
@@ -81,7 +81,7 @@ class Population:
     som_target: np.ndarray = field(init=False)     # (n, P) cached response (target exposure)
     som_emotion: np.ndarray = field(init=False)    # (n, P, 9) emotion counts
     dead_ms: np.ndarray = field(init=False)
-    contrarian_pending: np.ndarray = field(init=False)   # (n, 3) overlooked slots for the next DECIDING
+    contrarian_pending: np.ndarray = field(init=False)   # (n, contrarian.top_k) overlooked slots for the next DECIDING
     curator_last_ms: np.ndarray = field(init=False)  # time of the last curator pass
     contrarian_from: np.ndarray = field(init=False)  # tick the pending overlooked section was found
 
@@ -145,8 +145,9 @@ class Population:
     def value(self, price: np.ndarray, ix=slice(None)) -> np.ndarray:
         return self.cash[ix] + self.units[ix] * price
 
-    def recent_losses(self, ix) -> np.ndarray:
-        return np.bitwise_count(self.loss_bits[ix] & 0b11111).astype(np.int64)
+    def recent_losses(self, ix, window: int = 5) -> np.ndarray:
+        """Losing ticks among the last `window` (emotion.recurring_loss_window)."""
+        return np.bitwise_count(self.loss_bits[ix] & ((1 << window) - 1)).astype(np.int64)
 
     def view(self, g: int) -> dict:
         """One Golem as a plain dict, for notebooks and tests."""

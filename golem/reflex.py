@@ -96,21 +96,44 @@ def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
     return res
 
 
+def record_acts(gr, slots: np.ndarray, now_ms: int) -> None:
+    """Stamp the act just counted (acted_on_count already + 1) into each served entry's ring of its
+    last `gr.act_ring` act times (`slots` -1: no entry)."""
+    sl = slots[slots >= 0]
+    if sl.size:
+        gr.acted_ms[sl, (gr.cols["acted_on_count"][sl] - 1) % gr.acted_ms.shape[1]] = now_ms
+
+
+def acts_in_window(gr, slots: np.ndarray, now_ms: int, min_acted: int, window_days: float) -> np.ndarray:
+    """Were the entries at `slots` acted on at least `min_acted` times within the last
+    `window_days` (SPEC §4.5: >= 3 times in 30 days)? True when their `min_acted`-th most recent act
+    (the oldest of the ring, which holds exactly that many) is inside the window."""
+    acted = gr.cols["acted_on_count"][slots]
+    if min_acted <= 0:
+        return np.ones(slots.shape, dtype=bool)
+    ring = gr.acted_ms.shape[1]
+    if ring < min_acted:
+        raise ValueError(f"the Grimoire keeps {ring} act times per entry, fewer than reflex.promotion_min {min_acted}")
+    # the ring's next write position holds the oldest kept act; with min_acted < ring, step back
+    oldest = gr.acted_ms[slots, (acted - min_acted) % ring]
+    return (acted >= min_acted) & (now_ms - oldest <= window_days * 86_400_000)
+
+
 def proposals(gr, golems: np.ndarray, now_ms: int, min_acted: int, window_days: float) -> tuple[np.ndarray, np.ndarray]:
-    """The slots the curator proposes for reflex, Golem by Golem: acted on >= min_acted times, last
-    within the window, not yet reflex, and carrying event phrases to fire on. Returns (slots, the
-    index into `golems` of each one's Golem)."""
+    """The slots the curator proposes for reflex, Golem by Golem: acted on >= min_acted times
+    within the window (`acts_in_window`), not yet reflex, and carrying event phrases to fire on.
+    Returns (slots, the index into `golems` of each one's Golem)."""
     c = gr.cols
     golems = np.asarray(golems, dtype=np.int64)
     if not gr.phrases:   # no entry carries phrases: nothing to propose
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    ids, acted, last, rf = (c[k].reshape(gr.n_golems, gr.capacity)[golems]
-                            for k in ("id", "acted_on_count", "last_acted_ms", "reflex"))
-    ok = (gr.live_rows(golems) & ~rf & (acted >= min_acted)
-          & (now_ms - last <= window_days * 86_400_000))
+    ids, acted, rf = (c[k].reshape(gr.n_golems, gr.capacity)[golems] for k in ("id", "acted_on_count", "reflex"))
+    ok = gr.live_rows(golems) & ~rf & (acted >= min_acted)
     ok[ok] = np.isin(ids[ok], np.fromiter(gr.phrases, dtype=np.int64, count=len(gr.phrases)))
     owner, col = np.nonzero(ok)
-    return golems[owner] * gr.capacity + col, owner
+    slots = golems[owner] * gr.capacity + col
+    inside = acts_in_window(gr, slots, now_ms, min_acted, window_days)
+    return slots[inside], owner[inside]
 
 
 def promote(gr, slots: np.ndarray) -> None:

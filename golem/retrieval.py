@@ -43,6 +43,8 @@ class RetrievalParams:
     charge_fading: bool = True
     salience_cap: float = 0.25
     live: bool = False
+    #: somatic-HDC profile (SPEC §11): recency, importance, relevance, HDC similarity
+    somatic_weights: tuple[float, float, float, float] = (0.30, 0.30, 0.25, 0.15)
 
     @classmethod
     def from_config(cls, cfg) -> "RetrievalParams":
@@ -50,7 +52,8 @@ class RetrievalParams:
         return cls(top_k=r.top_k, weights=(r.w_semantic, r.w_temporal, r.w_importance, r.w_emotional),
                    temporal_base=r.temporal_base, half_life_days=cfg.decay.half_life_days,
                    reactivation_boost=cfg.decay.reactivation_boost, charge_fading=r.charge_fading,
-                   salience_cap=r.salience_rank_cap, live=r.salience_rank == "live")
+                   salience_cap=r.salience_rank_cap, live=r.salience_rank == "live",
+                   somatic_weights=(r.hdc_recency, r.hdc_importance, r.hdc_relevance, r.hdc_similarity))
 
 
 def semantic_dot(e, q) -> float:
@@ -149,7 +152,8 @@ class RetrievalResult:
     scores: np.ndarray
     factors: np.ndarray
     shadow: np.ndarray
-    pool: np.ndarray
+    pool: np.ndarray     # (b, kernels.POOL_COLUMNS): the eligible pool's size, sums of emotional factor and
+                         # valence, best non-negative slot and score, best semantic match (-inf: none)
     tagged: np.ndarray | None = None     # filled by every retrieval before it returns
     valence: np.ndarray | None = None
 
@@ -173,7 +177,7 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     vs = np.zeros(b, dtype=np.int8) if valence_sign is None else np.asarray(valence_sign, dtype=np.int8)
     c = gr.cols
     out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf),
-                          np.full((b, k, 4), np.nan), np.full((b, k), -1, np.int64), np.zeros((b, 5)),
+                          np.full((b, k, 4), np.nan), np.full((b, k), -1, np.int64), np.zeros((b, kernels.POOL_COLUMNS)),
                           np.empty((b, k), dtype=bool), np.empty((b, k), dtype=c["p"].dtype))
     kernel = kernels.retrieve_batch
     if b > 1 and numba.get_num_threads() > 1 and int(gr.count[golems].sum()) >= PARALLEL_MIN_ENTRIES:
@@ -255,7 +259,8 @@ def _retrieve_profile(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur
     golems = np.asarray(golems, dtype=np.int64)
     b, k = golems.size, prm.top_k
     out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf), np.full((b, k, 4), np.nan),
-                          np.full((b, k), -1, np.int64), np.zeros((b, 5)))
+                          np.full((b, k), -1, np.int64), np.zeros((b, kernels.POOL_COLUMNS)))
+    out.pool[:, kernels.POOL_BEST_SEMANTIC] = -np.inf
     c = gr.cols
     for i, g in enumerate(golems):
         sl = gr.slab(int(g))
@@ -279,7 +284,8 @@ def _retrieve_profile(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur
         val = np.where(c["has_tag"][s], c["p"][s], 0.0)
         nn = np.flatnonzero(val >= 0)
         best = nn[np.lexsort((s[nn], -score[nn]))[0]] if nn.size else -1
-        out.pool[i] = (s.size, pc.sum(), val.sum(), s[best] if best >= 0 else -1, score[best] if best >= 0 else -np.inf)
+        out.pool[i] = (s.size, pc.sum(), val.sum(), s[best] if best >= 0 else -1, score[best] if best >= 0 else -np.inf,
+                       rel.max())
     out.tagged, out.valence = served_valence(gr, out.slots)
     return out
 
@@ -325,16 +331,17 @@ def retrieve_six(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad:
 def retrieve_somatic_hdc(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
                          prm: RetrievalParams, state_fps: np.ndarray) -> RetrievalResult:
     """Somatic-enhanced retrieval (SPEC §11): 0.30 recency + 0.30 importance + 0.25 relevance +
-    0.15 HDC similarity between the entry's fingerprint and the Golem's current affective state.
-    Factors recorded: [relevance, recency, importance, hdc_similarity]."""
+    0.15 HDC similarity between the entry's fingerprint and the Golem's current affective state
+    (`prm.somatic_weights`). Factors recorded: [relevance, recency, importance, hdc_similarity]."""
     from golem import hdc
     c = gr.cols
+    w_rec, w_imp, w_rel, w_sim = prm.somatic_weights
 
     def scorer(i, s, rel, age):
         sim = hdc.hamming_similarity_batch(state_fps[i], gr.fp[s])
         rec = prm.temporal_base ** (age / HOUR_MS)
         imp = c["importance"][s].astype(np.float64)
-        score = 0.30 * rec + 0.30 * imp + 0.25 * rel + 0.15 * sim
+        score = w_rec * rec + w_imp * imp + w_rel * rel + w_sim * sim
         return score, np.stack([rel, rec, imp, sim], axis=1)
 
     return _retrieve_profile(gr, golems, queries, cur_pad, now_ms, prm, scorer)

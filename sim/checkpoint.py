@@ -396,7 +396,10 @@ def resume(run_dir: str | Path, progress=None):
     _drop_parts_from(run_dir, ck.part)
     configure_logging(run_dir)
     rec = Recorder(run_dir, part_start=ck.part)
-    world = World(scenario, cfg, tape, seed, recorder=rec, progress=progress)
+    from sim.plugins import resolve as resolve_plugins
+    plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded
+                              source=f"{run_dir / 'manifest.json'} scenario")
+    world = World(scenario, cfg, tape, seed, recorder=rec, progress=progress, plugins=plugins)
     world.checkpoint_dir = run_dir / "checkpoint"
     ck.restore(world)
     manifest.update(status="running", resumed_from_s=ck.now_s, resumes=int(manifest.get("resumes", 0)) + 1)

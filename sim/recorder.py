@@ -202,8 +202,18 @@ class Recorder:
         self.rows = {t: 0 for t in TABLES}
         self._writing: list[Future] = []
         self._sizes: dict[tuple[str, str], int] = {}     # rows of each numeric column at the last flush
+        self._make_dirs()
+
+    def _make_dirs(self) -> None:
         for t in TABLES:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
+
+    def _write(self, path: Path, table: str, cols: dict[str, list], background: bool) -> None:
+        """One part: handed to the writer thread, or built and written now."""
+        if background:
+            self._writing.append(_WRITER.submit(_build_and_write, path, table, cols))
+        else:
+            _build_and_write(path, table, cols)
 
     def add(self, table: str, columns: dict) -> None:
         """Append rows given as a dict of equal-length columns (schema types): numpy arrays, lists,
@@ -249,10 +259,7 @@ class Recorder:
                 if grown:
                     self._sizes[(table, name)] = max(g.n for g in grown)
                     cols[name] = [c.data[:c.n] if isinstance(c, _Growing) else c for c in chunks]
-            if background:
-                self._writing.append(_WRITER.submit(_build_and_write, path, table, cols))
-            else:
-                _build_and_write(path, table, cols)
+            self._write(path, table, cols, background)
             self.rows[table] += self.buffered[table]
             written.append(str(path.relative_to(self.dir)))
             self.buf[table] = {name: [] for name in cols}

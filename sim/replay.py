@@ -28,6 +28,8 @@ from pydantic import ValidationError
 
 from golem.config import build_config, default_table
 from sim import config_layers
+from sim.plugins import resolve as resolve_plugins
+from sim.plugins import source_changes
 from sim.recorder import SCHEMAS, TABLES, content_hashes, table_files
 from sim.scenario import InputError, Scenario, _set_dotted, format_validation_error
 
@@ -190,10 +192,13 @@ def verify(run_dir: str | Path, keep: bool = False) -> VerifyReport:
     scenario = scenario_from_manifest(m, run_dir)
     cfg = config_from_manifest(m, run_dir)
     tape = tape_from_run(run_dir)
+    plugins = resolve_plugins(scenario, None, m.get("plugins"), source=f"{run_dir / 'manifest.json'} scenario")
+    changed_code = source_changes(m.get("plugins"), plugins)
+    lines.extend(changed_code)
     tmp = Path(tempfile.mkdtemp(prefix="golem-verify-"))
     try:
         execute_prepared(scenario, cfg, int(m["seed"]), tmp / "replay", scenario_path=m.get("scenario_path", ""),
-                         sets=m.get("sets"), tape=tape, checkpoint=False, tape_info=m.get("tape"))
+                         sets=m.get("sets"), tape=tape, checkpoint=False, tape_info=m.get("tape"), plugins=plugins)
         replayed = content_hashes(tmp / "replay")
         first = None
         for t in TABLES:
@@ -202,6 +207,9 @@ def verify(run_dir: str | Path, keep: bool = False) -> VerifyReport:
                 first = first or d
                 lines.append(describe(d))
         ok = not lines
+        if changed_code and len(lines) == len(changed_code):
+            lines.append(f"the {len(TABLES)} tables are identical to the recorded ones, but the plug-in code that made "
+                         "them is not the code the run recorded")
         if ok:
             lines.append(f"ok: {len(TABLES)} tables identical ({', '.join(f'{t} {on_disk[t][:8]}' for t in TABLES)})")
         if keep:
@@ -241,7 +249,9 @@ def counterfactual(run_dir: str | Path, sets: list[str], out_dir: str | Path, pr
     sources.update({k: "--set (counterfactual)" for k in cfg_sets})
     return execute_prepared(scenario, cfg, seed, out_dir, scenario_path=m.get("scenario_path", ""), sources=sources,
                             sets=list(m.get("sets") or []) + list(sets), progress=progress, parent=parent,
-                            changes=list(sets), tape=tape, tape_info=run_tape_info(tape, run_dir))
+                            changes=list(sets), tape=tape, tape_info=run_tape_info(tape, run_dir),
+                            plugins=resolve_plugins(scenario, None, m.get("plugins"), source="--set" if scen_sets else
+                                                    f"{run_dir / 'manifest.json'} scenario"))
 
 
 # ----------------------------------------------------------------------------------------- diff

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -200,12 +200,36 @@ class MarketSpec(_M):
         return self
 
 
+def _plugin_spec(v):
+    from sim.plugins import check_spec
+    return check_spec(v)
+
+
+#: a registered name (momentum) or a plug-in: package.module:function, path/to/file.py:function (sim.plugins)
+PluginSpec = Annotated[str, AfterValidator(_plugin_spec)]
+
+
+class HookSpec(_M):
+    """An appraisal hook (golem.hooks) and its keyword parameters."""
+
+    hook: PluginSpec
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def _hook(v):
+    return {"hook": v} if isinstance(v, str) else v
+
+
 class GolemGroup(_M):
     count: int = Field(ge=1)
     clade: str = "clade-0"
     asset: str | None = None            # default: the first asset
     temperament: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    strategy: Literal["momentum", "mean_reversion", "hodl"] = "momentum"
+    strategy: PluginSpec = Field("momentum", description="momentum, mean_reversion, hodl, another registered "
+                                 "name, package.module:function or path/to/file.py:function (docs/api.md)")
+    strategy_params: dict[str, Any] = Field(default_factory=dict, description="keyword parameters of the strategy")
+    appraisal_hooks: list[Annotated[HookSpec, BeforeValidator(_hook, json_schema_input_type=Union[PluginSpec, HookSpec])]] \
+        = Field(default_factory=list, description="functions adding to the stimulus: a name or {hook, params}")
     budget: float = Field(1000.0, gt=0)  # inference/gas budget (USD)
     capital: float = Field(10_000.0, gt=0)
     exposure: float = Field(0.5, ge=0, le=1)  # initial exposure
@@ -331,15 +355,25 @@ def load_scenario(path: str | Path, sets: dict[str, Any] | None = None) -> Scena
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    """tree[a][b][c] = value for 'a.b.c'; a number indexes a list ('golems.0.strategy')."""
     parts = dotted.split(".")
     cur = tree
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if not isinstance(nxt, dict):
+    for i, p in enumerate(parts):
+        if isinstance(cur, list):
+            if not (p.isdigit() and int(p) < len(cur)):
+                where = ".".join(parts[:i])
+                raise InputError(f"--set {dotted}: {where} is a list of {len(cur)}; expected an index 0..{len(cur) - 1}")
+            p = int(p)
+        elif not isinstance(cur, dict):
+            raise InputError(f"--set {dotted}: {'.'.join(parts[:i])} is {cur!r}, not a mapping")
+        if i == len(parts) - 1:
+            cur[p] = value
+            return
+        nxt = cur[p] if isinstance(cur, list) else cur.get(p)
+        if not isinstance(nxt, (dict, list)):
             nxt = {} if nxt is None else nxt
             cur[p] = nxt
         cur = nxt
-    cur[parts[-1]] = value
 
 
 SCENARIO_KEYS = tuple(Scenario.model_fields)

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.plugins import resolve as resolve_plugins
 from sim.scenario import InputError, _line_of, format_validation_error, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -358,6 +359,11 @@ def run_task(task: dict) -> dict:
                 "wall_s": round(time.perf_counter() - t0, 3)}
 
 
+def _plugin_sources(plugins: dict | None) -> list:
+    """(scenario key, source sha256) of each plug-in a manifest's `plugins` section lists."""
+    return [(r["key"], r.get("sha256")) for r in (plugins or {}).get("loaded", [])]
+
+
 def _reusable(task: dict, expect: dict) -> dict | None:
     """The run's figures if its directory holds a complete run of exactly this task, else None."""
     run_dir = Path(task["run_dir"])
@@ -366,7 +372,8 @@ def _reusable(task: dict, expect: dict) -> dict | None:
     except (OSError, ValueError):
         return None
     if not (m.get("status") == "complete" and m.get("seed") == task["seed"] and list(m.get("sets") or []) == task["sets"]
-            and _norm(m.get("scenario")) == expect["scenario"] and _norm(m.get("config")) == expect["config"]):
+            and _norm(m.get("scenario")) == expect["scenario"] and _norm(m.get("config")) == expect["config"]
+            and _plugin_sources(m.get("plugins")) == expect["plugins"]):   # an edited plug-in is another run
         return None
     try:
         cached = json.loads((run_dir / ROW_CACHE).read_text())
@@ -592,7 +599,8 @@ def run_sweep(path: str | Path, out_dir: str | Path | None = None, *, executor=N
             try:
                 sc, cfg, _, _ = prepare(t["scenario_path"], sets=t["sets"], environ=plan.environ)
                 expected[key] = {"scenario": _norm(sc.model_dump(mode="json")), "config": _norm(cfg.flat()),
-                                 "name": sc.name}
+                                 "name": sc.name, "plugins": _plugin_sources(
+                                     resolve_plugins(sc, t["scenario_path"]).manifest())}
             except InputError as exc:
                 expected[key] = exc
         exp = expected[key]

@@ -15,13 +15,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import simpy
+import structlog
 
 from golem import clade as cladem
 from golem import grimoire as gm
 from golem import pad as padm
 from golem.context import normalise
 from golem.heartbeat import STATE_PATHS, EventBatch, Mind, Observation, TickOutput
-from golem.population import PHASES, SEVERITIES, STRATEGIES, TIERS, Population
+from golem.population import PHASES, SEVERITIES, TIERS, Population
 from golem.memory_writer import KINDS
 from sim.market import Tape, probe_severity
 from sim.recorder import (Formatted, Lists, Names, join_strings, json_floats, json_int_lists, json_ints, json_objects,
@@ -135,26 +136,36 @@ class Stats:
     pushes: int = 0
     deliveries: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0      # wall time spent running (summed over the Python API's steps)
 
 
 class World:
     """Build the population from a scenario and run it on a tape under SimPy."""
 
-    def __init__(self, scenario: Scenario, cfg, tape: Tape, seed: int, recorder=None, progress=None):
+    def __init__(self, scenario: Scenario, cfg, tape: Tape, seed: int, recorder=None, progress=None, plugins=None):
+        """`plugins` (sim.plugins.Plugins) are the scenario's strategies and hooks, already loaded;
+        by default they are resolved here (relative plug-in files from the working directory)."""
+        from sim import plugins as pluginm
         self.scenario, self.cfg, self.tape, self.seed = scenario, cfg, tape, seed
         self.rec = recorder
         self.progress = progress
+        self.plugins = plugins if plugins is not None else pluginm.resolve(scenario)
         self.env = simpy.Environment()
         self.stats = Stats()
         self.clade_names = self._clade_names()
         self.pop = self._population()
         self.gr = gm.Grimoire(self.pop.n, cfg.grimoire.capacity, cfg.grimoire.embedding_dim)
-        self.mind = Mind(cfg, self.pop, self.gr, tape.assets, tape.regime_names, seed, protocols=tape.protocols)
+        group = np.repeat(np.arange(len(scenario.golems)), [g.count for g in scenario.golems])
+        self.mind = Mind(cfg, self.pop, self.gr, tape.assets, tape.regime_names, seed, protocols=tape.protocols,
+                         strategies=self.plugins.strategy_table(), hooks=self.plugins.hook_table(group))
         try:   # arousal's reference per asset, scaled once from the interval it is quoted for
             self.ref_rate = tape.reference_rate(cfg.appraisal.reference_vol, cfg.appraisal.reference_interval_s)
         except ValueError as exc:
             from sim.scenario import InputError
             raise InputError(str(exc)) from None
+        # the tape's columns as plug-ins read them (CohortView.bars): whole arrays, cut at the current bar
+        self.bars = {"open": tape.open, "high": tape.high, "low": tape.low, "close": tape.close,
+                     "volume": tape.volume, "tvl": tape.tvl, "gas": tape.gas, "funding_rate": tape.funding}
         self.cohorts = self._cohorts()
         self.latency = self._latencies()
         self.event_seq = 0
@@ -172,6 +183,7 @@ class World:
         self.stop_signal: int | None = None   # set by a signal handler; checked between events
         self.checkpoint_dir = None            # set by the run driver: save state at every flush
         self.roles: dict = {}                 # SimPy process -> role, for checkpoints
+        self.begun = False                    # processes started (World.begin)
         self._prefill()
 
     # ---------------------------------------------------------------- construction
@@ -186,14 +198,14 @@ class World:
         sc = self.scenario
         rows = []
         gid = 0
-        for grp in sc.golems:
+        for gi, grp in enumerate(sc.golems):
             a = self.tape.asset_index(grp.asset) if grp.asset else 0
             for _ in range(grp.count):
                 # individual differences, drawn from the Golem's own stream (seed, golem id)
                 rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(1, gid)))
                 z = rng.standard_normal(5) * grp.spread
                 temperament = np.clip(np.asarray(grp.temperament) + 0.3 * z[:3], -1, 1)
-                rows.append((self.clade_names.index(grp.clade), a, STRATEGIES.index(grp.strategy), temperament,
+                rows.append((self.clade_names.index(grp.clade), a, self.plugins.strategy_of_group[gi], temperament,
                              grp.budget, grp.capital, grp.exposure, np.exp(z[3]), np.exp(z[4]),
                              float(np.exp(-abs(z[3] - z[4]) / 2))))
                 gid += 1
@@ -234,7 +246,11 @@ class World:
         return out
 
     def _prefill(self) -> None:
-        """Imported memories (untagged, pre-affect) so retrieval scans a full Grimoire from tick 0."""
+        """Imported memories (untagged, pre-affect) so retrieval scans a full Grimoire from tick 0.
+
+        Imports bypassed gating: tier TTL 0, so the window is the class's days x (1 + salience)
+        (SPEC §3.2); their confidence is their source's (`grimoire.import_source`, SPEC §3.4:
+        untagged, so no arousal factor)."""
         counts = np.zeros(self.pop.n, dtype=np.int64)
         g = 0
         for grp in self.scenario.golems:
@@ -250,12 +266,18 @@ class World:
             hi = min(lo + (1 << 16), total)
             emb[lo:hi] = normalise(rng.standard_normal((hi - lo, self.gr.dim)))
         day = 86_400_000
-        vals = dict(created_ms=-rng.integers(0, 30 * day, total), last_access_ms=-rng.integers(0, 5 * day, total),
-                    window_ms=np.full(total, 60.0 * day), category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32),
-                    kind=KINDS.index("import"), confidence=rng.uniform(0.3, 0.9, total).astype(np.float32),
-                    importance=rng.uniform(0, 1, total).astype(np.float32),
-                    salience=rng.uniform(0, 0.6, total).astype(np.float32), decay_class=gm.REGIME, has_tag=False,
-                    outcome=rng.uniform(-1, 1, total).astype(np.float32), has_outcome=False, curator_weight=1.0)
+        created, accessed = -rng.integers(0, 30 * day, total), -rng.integers(0, 5 * day, total)
+        importance = rng.uniform(0, 1, total).astype(np.float32)
+        salience = rng.uniform(0, 0.6, total)
+        outcome = rng.uniform(-1, 1, total).astype(np.float32)
+        g = self.cfg.grimoire
+        window_days = gm.effective_window_days(gm.REGIME, 0.0, 0.0, (g.ephemeral_days, g.tactical_days,
+                                                                      g.regime_conditional_days)) * (1.0 + salience)
+        vals = dict(created_ms=created, last_access_ms=accessed, window_ms=window_days * day, ttl_days=np.float32(0.0),
+                    category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32), kind=KINDS.index("import"),
+                    confidence=np.float32(getattr(self.cfg.confidence, g.import_source)), importance=importance,
+                    salience=salience.astype(np.float32), decay_class=gm.REGIME, has_tag=False,
+                    outcome=outcome, has_outcome=False, curator_weight=1.0)
         self.gr.insert(golem, emb, vals, unit=True)
 
     # ---------------------------------------------------------------- processes
@@ -338,9 +360,13 @@ class World:
         events = [(tape.events[e].kind, tape.events[e].severity, tape.events[e].tokens) for e in visible]
         return Observation(now_ms=now, step=i, close=tape.close[i], tvl=tape.tvl[i], gas=float(tape.gas[i]),
                            gas_ref=self.gas_ref, regime=int(tape.regime[i]), probe_sev=sev, events=events, sees=sees,
-                           ref_rate=self.ref_rate)
+                           event_assets=np.array([tape.events[e].asset for e in visible], dtype=np.int64),
+                           bars=self.bars, ref_rate=self.ref_rate)
 
     def emit(self, out: TickOutput) -> None:
+        for ev in out.events:
+            if isinstance(ev, dict) and ev["kind"] == "write_aborted":   # SPEC §3.3: loudly
+                structlog.get_logger().error("write_aborted", golem=ev["golem_id"], time_ms=ev["time_ms"], **ev["payload"])
         if out.pushes:
             self.push(out.pushes)
         if self.rec is None:
@@ -431,13 +457,27 @@ class World:
             self._record_deliveries()
             self.rec.flush(background)
 
-    def run(self, until_s: float, resume=None) -> None:
+    def run(self, until_s: float, resume=None, finish: bool = True, stop=None) -> bool:
         """Run to `until_s` (events at exactly until_s do not run, as with env.run(until)).
 
         `resume` (a sim.checkpoint.Checkpoint whose state is already restored) recreates the
         pending events in their recorded order instead of starting the processes afresh.
-        Raises RunInterrupted, between two events, once `stop_signal` is set.
+        `finish=False` stops there without closing the run (the Python API's steps: a later call
+        goes on, and the tables are those of one call to the end); `stop()`, asked after each
+        instant, may end the call early. Returns whether until_s was reached. Raises
+        RunInterrupted, between two events, once `stop_signal` is set.
         """
+        self.begin(resume, progress_every_s=max(until_s / 200, 300))
+        reached = self.advance(until_s, stop)
+        if finish and reached:
+            self.finish()
+        return reached
+
+    def begin(self, resume=None, progress_every_s: float = 300.0) -> None:
+        """Start the processes (once; later calls do nothing)."""
+        if self.begun:
+            return
+        self.begun = True
         if resume is None:
             self.start("market", self.market())
             for i, c in enumerate(self.cohorts):
@@ -447,14 +487,24 @@ class World:
         else:
             resume.reschedule(self)
         if self.progress is not None:
-            self.start("reporter", self.reporter(max(until_s / 200, 300)))
+            self.start("reporter", self.reporter(progress_every_s))
+
+    def advance(self, until_s: float, stop=None) -> bool:
+        """Process every event before `until_s`, leaving the clock at until_s (True); with `stop`,
+        end early once stop() says so after an instant's last event (False)."""
         env = self.env
         while self.stop_signal is None and env.peek() < until_s:
             env.step()
+            if stop is not None and env.peek() > env.now and env.peek() < until_s and stop():
+                return False
         if self.stop_signal is not None:
             raise RunInterrupted(self.stop_signal)
         if env.now < until_s:
             env.run(until=until_s)
+        return True
+
+    def finish(self) -> None:
+        """Close the run: record the bar at the end time and flush everything."""
         # the bar at the end time is part of the run
         if self.rec is not None:
             idx = self.tape.index_at(self.now_ms + self.t0_ms)

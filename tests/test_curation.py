@@ -154,16 +154,31 @@ def test_consolidation_groups_need_same_scope_and_topic():
 
 
 def test_arousal_bias_reevaluated_only_when_calm():
+    """SPEC §7.2 with §3.4: when calm (A < 0.3) each arousal-biased insight's counterfactual is
+    re-run without the bias (its stored raw_outcome); it is validated (+0.10) when the bias moved
+    it by at most curator.reevaluation_tolerance (0.1), contradicted (-0.20) otherwise, takes the
+    unbiased outcome and loses the flag. An insight without a counterfactual only loses the flag."""
     gr = gm.Grimoire(1, 8, 4)
-    _insert(gr, 2, category=gm.CATEGORIES.index("insight"), arousal_bias=True,
-            outcome=np.array([-0.5, 0.4], np.float32), raw_outcome=np.array([0.2, 0.3], np.float32),
-            confidence=np.float32(0.5))
+    insight = gm.CATEGORIES.index("insight")
+    _insert(gr, 5, category=np.array([insight] * 4 + [0], np.int8), arousal_bias=True,
+            has_outcome=np.array([True, True, True, False, True]),
+            outcome=np.array([-0.5, 0.35, -0.3, 0.0, -0.9], np.float32),
+            raw_outcome=np.array([-0.2, 0.3, 0.3, 0.0, 0.9], np.float32), confidence=np.float32(0.5))
     f = curate(_Mind(gr, _cfg(), pad=(0.0, 0.6, 0.0)), 0, DAY)      # aroused: nothing re-evaluated
-    assert f["reevaluated"] == 0 and gr.cols["arousal_bias"][:2].all()
+    assert f["reevaluated"] == 0 and gr.cols["arousal_bias"][:5].all()
     f = curate(_Mind(gr, _cfg(), pad=(0.0, 0.1, 0.0)), 0, DAY)
-    assert f["reevaluated"] == 2 and f["reevaluation_contradicted"] == 1
-    assert np.allclose(gr.cols["confidence"][:2], [0.3, 0.6])           # -0.20 contradicted, +0.10 validated
-    assert np.allclose(gr.cols["outcome"][:2], [0.2, 0.3]) and not gr.cols["arousal_bias"][:2].any()
+    # |-0.5 - -0.2| = 0.3 > 0.1: contradicted; |0.35 - 0.3| = 0.05: validated; a flipped sign: contradicted
+    assert f["reevaluated"] == 3 and f["reevaluation_contradicted"] == 2
+    assert gr.cols["confidence"][:5].tolist() == pytest.approx([0.3, 0.6, 0.3, 0.5, 0.5])
+    assert gr.cols["outcome"][:4].tolist() == pytest.approx([-0.2, 0.3, 0.3, 0.0])
+    assert not gr.cols["arousal_bias"][:4].any()
+    assert gr.cols["arousal_bias"][4] and gr.cols["outcome"][4] == np.float32(-0.9)   # an episode: not an insight
+    # the tolerance is the config's: 0.4 lets the first one agree too
+    gr2 = gm.Grimoire(1, 8, 4)
+    _insert(gr2, 1, category=np.int8(insight), arousal_bias=True, has_outcome=True, outcome=np.float32(-0.5),
+            raw_outcome=np.float32(-0.2), confidence=np.float32(0.5))
+    f = curate(_Mind(gr2, _cfg(**{"curator.reevaluation_tolerance": 0.4}), pad=(0.0, 0.1, 0.0)), 0, DAY)
+    assert f["reevaluation_contradicted"] == 0 and gr2.cols["confidence"][0] == pytest.approx(0.6)
 
 
 def test_heat_is_log_scaled_access_count():
@@ -304,31 +319,41 @@ def test_lessons_are_written_and_recorded_in_a_run(tmp_path):
 
 
 def _tiers_reference(golems, cap, live, c, now_ms, promote, demote, class_days):
-    """Curator step 3 as whole-slab numpy expressions (the pass before `tiers` was a kernel)."""
-    def rows(k):
-        return c[k].reshape(-1, cap)[golems]
-
-    def put(k, where, values):
-        c[k].reshape(-1, cap)[golems] = np.where(where, values, rows(k))
-    sal, dc = rows("salience"), rows("decay_class")
-    protected = (dc == gm.STRUCTURAL) | rows("flashbulb") | (sal >= 0.7)
-    score = rows("curator_weight") * rows("importance") * rows("confidence") * (1 + sal)
-    up = live & ~protected & (score >= promote) & (dc < gm.REGIME)
-    down = live & ~protected & (score <= demote) & (dc > gm.EPHEMERAL)
-    dc = dc + up - down
-    put("decay_class", up | down, dc)
-    window = np.where(up | down, np.maximum(class_days[dc], np.minimum(rows("window_ms") / DAY / (1 + sal), 30.0))
-                      * (1 + sal) * DAY, rows("window_ms"))
-    put("window_ms", up | down, window)
-    archive = live & ((now_ms - rows("last_access_ms")) >= 2 * window) & ~protected & (rows("status") != gm.ARCHIVED)
-    put("status", archive, gm.ARCHIVED)
-    return up.sum(axis=1), down.sum(axis=1), archive.sum(axis=1)
+    """Curator step 3 entry by entry from the spec's pieces (not the kernel's expressions): an
+    unprotected entry (`grimoire.is_protected`) with curator score weight x importance x confidence
+    x (1 + salience) (the float32 columns' product) >= promote goes up one class (`grimoire.promote`:
+    never above regime-conditional), <= demote down one; its window becomes
+    `grimoire.effective_window_days(new class, tier TTL, salience)` (SPEC §3.2); it is archived
+    when its age since last access is at least twice its window."""
+    counts = np.zeros((3, golems.size), dtype=np.int64)
+    for r, g in enumerate(golems):
+        for j in range(cap):
+            s = g * cap + j
+            sal = c["salience"][s]
+            if not live[r, j] or gm.is_protected(int(c["decay_class"][s]), bool(c["flashbulb"][s]), sal):
+                continue
+            score = c["curator_weight"][s] * c["importance"][s] * c["confidence"][s] * (np.float32(1) + sal)
+            dc = int(c["decay_class"][s])
+            new = dc
+            if score >= np.float32(promote) and gm.promote(dc) != dc:
+                new = gm.promote(dc)
+            elif score <= np.float32(demote) and dc > gm.EPHEMERAL:
+                new = dc - 1
+            if new != dc:
+                counts[0 if new > dc else 1, r] += 1
+                c["decay_class"][s] = new
+                c["window_ms"][s] = gm.effective_window_days(new, float(c["ttl_days"][s]), float(sal),
+                                                             tuple(class_days[:3])) * DAY
+            if now_ms - int(c["last_access_ms"][s]) >= 2 * c["window_ms"][s] and c["status"][s] != gm.ARCHIVED:
+                c["status"][s] = gm.ARCHIVED
+                counts[2, r] += 1
+    return tuple(counts)
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 4), st.integers(1, 40), st.sampled_from([0.3, 0.6, 0.7]),
        st.sampled_from([0.05, 0.1, 0.3]))
-def test_tier_kernel_matches_the_numpy_expressions(seed, n_golems, cap, promote, demote):
+def test_tier_kernel_matches_the_spec_entry_by_entry(seed, n_golems, cap, promote, demote):
     from golem.curator import tiers
     rng = np.random.default_rng(seed)
     n = n_golems * cap
@@ -337,6 +362,7 @@ def test_tier_kernel_matches_the_numpy_expressions(seed, n_golems, cap, promote,
              curator_weight=rng.choice([0.5, 1.0, 1.3], n).astype(np.float32),
              importance=rng.random(n).astype(np.float32), confidence=rng.random(n).astype(np.float32),
              window_ms=rng.choice([3.0, 7.0, 14.0, 30.0], n) * DAY * (1 + rng.random(n)),
+             ttl_days=rng.choice([0.0, 7.0, 14.0, 30.0], n).astype(np.float32),
              last_access_ms=rng.integers(0, 60, n) * DAY, status=rng.integers(0, 4, n).astype(np.int8))
     # boundaries: scores exactly at the float32 thresholds, ages exactly at twice the window
     edge = rng.random(n) < 0.3
@@ -350,13 +376,44 @@ def test_tier_kernel_matches_the_numpy_expressions(seed, n_golems, cap, promote,
     live = rng.random((golems.size, cap)) < 0.8
     class_days = np.array([3.0, 7.0, 14.0, np.inf])
     got = tiers(golems, cap, live, c["salience"], c["decay_class"], c["flashbulb"], c["curator_weight"],
-                c["importance"], c["confidence"], c["window_ms"], c["last_access_ms"], c["status"], 40 * DAY,
-                promote, demote, class_days)
+                c["importance"], c["confidence"], c["window_ms"], c["ttl_days"], c["last_access_ms"], c["status"],
+                40 * DAY, promote, demote, class_days, 0.7)
     ref = _tiers_reference(golems, cap, live, want, 40 * DAY, promote, demote, class_days)
     for a, b in zip(got, ref):
         assert a.tolist() == b.tolist()
     for k in c:
         assert np.array_equal(c[k], want[k]), k
+
+
+def test_promotion_and_demotion_windows_by_hand():
+    """SPEC §3.2 after a change of class: window = max(new class days, tier TTL) x (1 + s). A
+    demotion shortens it (regime 14 d -> tactical 7 d with TTL 7: 18.9 -> 9.45 days); an import
+    (TTL 0) demoted from regime-conditional keeps only the class days; promotion never goes above
+    regime-conditional; protected entries (salience >= 0.7) never move."""
+    gr = gm.Grimoire(1, 16, 4)
+    rows = [  # class, ttl, salience, importance, confidence
+        (gm.REGIME, 7.0, 0.35, 0.1, 0.5),      # score 0.0675: demoted
+        (gm.REGIME, 0.0, 0.2, 0.1, 0.5),       # an import: demoted, TTL 0
+        (gm.TACTICAL, 14.0, 0.4, 0.1, 0.5),    # demoted to ephemeral: the TTL holds the window
+        (gm.TACTICAL, 7.0, 0.4, 1.0, 0.9),     # score 1.26: promoted
+        (gm.REGIME, 30.0, 0.6, 1.0, 0.9),      # promoted? never above regime-conditional
+        (gm.TACTICAL, 30.0, 0.75, 0.1, 0.5),   # protected
+    ]
+    dc, ttl, sal, imp, conf = (np.array(col) for col in zip(*rows))
+    g = default_table()["grimoire"]
+    class_days = (g["ephemeral_days"], g["tactical_days"], g["regime_conditional_days"])
+    win = np.array([max(class_days[int(k)], t) * (1 + x) for k, t, x in zip(dc, ttl, sal)]) * DAY
+    _insert(gr, len(rows), decay_class=dc.astype(np.int8), ttl_days=ttl.astype(np.float32),
+            salience=sal.astype(np.float32), importance=imp.astype(np.float32), confidence=conf.astype(np.float32),
+            window_ms=win, last_access_ms=10 * DAY, created_ms=10 * DAY)
+    f = curate(_Mind(gr, _cfg()), 0, 10 * DAY)
+    assert (f["promoted"], f["demoted"]) == (1, 3)
+    assert gr.cols["decay_class"][:6].tolist() == [gm.TACTICAL, gm.TACTICAL, gm.EPHEMERAL, gm.REGIME, gm.REGIME,
+                                                    gm.TACTICAL]
+    s32 = sal.astype(np.float32).astype(np.float64)
+    want_days = [7 * (1 + s32[0]), 7 * (1 + s32[1]), 14 * (1 + s32[2]), 14 * (1 + s32[3]), win[4] / DAY, win[5] / DAY]
+    assert (gr.cols["window_ms"][:6] / DAY).tolist() == pytest.approx(want_days, rel=1e-12)
+    assert gr.cols["window_ms"][0] / DAY == pytest.approx(9.45, rel=1e-6)      # was 18.9
 
 
 # ----------------------------------------------------------------------------- the pass's kernels
@@ -397,7 +454,8 @@ def _slabs(rng, n_golems, cap):
              p=rng.choice([-0.9, -0.5, 0.0, 0.3, 0.8], n).astype(f32) + (rng.random(n) * 0.1).astype(f32),
              a=rng.choice([0.1, 0.5, 0.50000001, 0.9], n).astype(f32), curator_weight=np.ones(n, f32),
              arousal_bias=rng.random(n) < 0.4, category=rng.integers(0, 3, n).astype(np.int8),
-             outcome=rng.choice([-0.4, 0.0, 0.2], n).astype(f32), raw_outcome=rng.choice([-0.3, 0.0, 0.5], n).astype(f32),
+             outcome=rng.choice([-0.4, 0.0, 0.2], n).astype(f32), raw_outcome=rng.choice([-0.3, 0.0, 0.5, 0.3], n).astype(f32),
+             has_outcome=rng.random(n) < 0.8,
              confidence=rng.choice([0.0, 0.05, 0.3, 0.299999, 0.5, 0.7, 0.95, 1.0], n).astype(f32),
              scope=rng.integers(-1, 2, n).astype(np.int32), topic=rng.integers(0, 3, n).astype(np.int32),
              consolidated=rng.random(n) < 0.2, salience=rng.choice([0.1, 0.3, 0.5], n).astype(f32),
@@ -412,8 +470,12 @@ def _slabs(rng, n_golems, cap):
     return c, count, golems
 
 
-def _balance_reference(golems, cap, live, last_ms, c, calm, cu, high, validation, contradiction):
-    """Curator steps 1 and 2 as the numpy expressions of the pass before its kernels."""
+def _balance_reference(golems, cap, live, last_ms, c, calm, cu, high, validation, contradiction, tolerance=0.1):
+    """Curator steps 1 and 2 from the spec's formulas: `emotional_balance` and `curator_weights`
+    (SPEC §7.1, checked by hand in test_balance_reference_by_hand) over each Golem's entries since
+    its last pass, then, when calm, each arousal-biased insight with a counterfactual: agreed when
+    |biased - unbiased| <= tolerance, confidence +validation / -contradiction (SPEC §3.4), clamped
+    to [0, 1]."""
     from golem.curator import curator_weights, emotional_balance
     n = golems.size
     slots = golems[:, None] * cap + np.arange(cap)
@@ -438,20 +500,60 @@ def _balance_reference(golems, cap, live, last_ms, c, calm, cu, high, validation
         c["curator_weight"][slots[recent]] = w
         n_rew = np.bincount(ri[w != 1.0], minlength=n)
     biased = live & calm[:, None] & rows("arousal_bias") & (rows("category") == gm.CATEGORIES.index("insight"))
-    b = slots[biased]
-    agree = np.sign(c["outcome"][b]) == np.sign(c["raw_outcome"][b])
+    c["arousal_bias"][slots[biased]] = False
+    rerun = biased & rows("has_outcome")
+    b = slots[rerun]
+    agree = np.abs(c["outcome"][b].astype(np.float64) - c["raw_outcome"][b].astype(np.float64)) <= tolerance
     conf = c["confidence"][b].astype(np.float64)
     c["confidence"][b] = np.minimum(1.0, np.maximum(0.0, np.where(agree, conf + validation, conf - contradiction)))
-    n_contra = np.bincount(np.nonzero(biased)[0][~agree], minlength=n)
+    n_contra = np.bincount(np.nonzero(rerun)[0][~agree], minlength=n)
     c["outcome"][b] = c["raw_outcome"][b]
-    c["arousal_bias"][b] = False
     return (np.stack([vc, ac, mean_v, mean_a], axis=1),
-            np.stack([n_recent, np.bincount(ri[tag], minlength=n), n_rew, biased.sum(axis=1), n_contra], axis=1))
+            np.stack([n_recent, np.bincount(ri[tag], minlength=n), n_rew, rerun.sum(axis=1), n_contra], axis=1))
+
+
+def test_balance_reference_by_hand():
+    """The reference above against numbers worked out from SPEC §7.1-2 (one Golem, five entries
+    since the last pass, one untagged): mean valence (-0.8 - 0.6 - 0.7 + 0.4) / 5 = -0.34 (|.| < 0.5:
+    no minority weights), mean arousal (0.9 + 0.8 + 0.6 + 0.2) / 5 = 0.5, valence correction
+    0.136, arousal correction -(0.5 - 0.3) * 0.3 = -0.06: the three entries with A > 0.5 weigh
+    0.94. Calm: insight 0 (biased -0.8, unbiased -0.6: 0.2 off) loses 0.2, insight 1 (0.05 off)
+    gains 0.1; the episode keeps its flag."""
+    insight = gm.CATEGORIES.index("insight")
+    c = dict(created_ms=np.full(6, 5 * DAY), has_tag=np.array([1, 1, 1, 1, 0, 1], bool),
+             p=np.array([-0.8, -0.6, -0.7, 0.4, 0.9, 0.3], np.float32), a=np.array([0.9, 0.8, 0.6, 0.2, 0.9, 0.1], np.float32),
+             curator_weight=np.ones(6, np.float32), arousal_bias=np.array([1, 1, 1, 0, 0, 0], bool),
+             category=np.array([insight, insight, 0, 0, 0, 0], np.int8), has_outcome=np.ones(6, bool),
+             outcome=np.array([-0.8, 0.35, -0.5, 0, 0, 0], np.float32), raw_outcome=np.array([-0.6, 0.3, 0.5, 0, 0, 0], np.float32),
+             confidence=np.full(6, 0.5, np.float32))
+    c["created_ms"][5] = 0                                # before the last pass: not in the balance
+    live = np.ones((1, 6), bool)
+    cu = dict(balance=True, valence_gain=0.4, arousal_floor=0.3, arousal_gain=0.3, minority_threshold=0.5)
+    fig, cnt = _balance_reference(np.array([0]), 6, live, np.array([DAY]), c, np.array([True]), cu, 0.5, 0.1, 0.2)
+    assert fig[0].tolist() == pytest.approx([0.136, -0.06, -0.34, 0.5])
+    assert cnt[0].tolist() == [5, 4, 3, 2, 1]
+    assert c["curator_weight"].tolist() == pytest.approx([0.94, 0.94, 0.94, 1.0, 1.0, 1.0])
+    assert c["confidence"].tolist() == pytest.approx([0.3, 0.6, 0.5, 0.5, 0.5, 0.5])
+    assert c["outcome"][:3].tolist() == pytest.approx([-0.6, 0.3, -0.5]) and c["arousal_bias"].tolist() == [0, 0, 1, 0, 0, 0]
+
+
+def test_tiers_reference_by_hand():
+    """`_tiers_reference` on the hand-worked slab of test_promotion_and_demotion_windows_by_hand."""
+    class_days = np.array([1.0, 7.0, 14.0, np.inf])
+    c = dict(salience=np.array([0.35, 0.2, 0.75], np.float32), decay_class=np.array([gm.REGIME, gm.REGIME, gm.TACTICAL], np.int8),
+             flashbulb=np.zeros(3, bool), curator_weight=np.ones(3, np.float32),
+             importance=np.array([0.1, 1.0, 0.1], np.float32), confidence=np.array([0.5, 0.9, 0.5], np.float32),
+             window_ms=np.array([18.9, 16.8, 52.5]) * DAY, ttl_days=np.array([7, 0, 30], np.float32),
+             last_access_ms=np.array([0, 0, 0]), status=np.zeros(3, np.int8))
+    up, down, arch = _tiers_reference(np.array([0]), 3, np.ones((1, 3), bool), c, 19 * DAY, 0.6, 0.2, class_days)
+    assert (up.tolist(), down.tolist(), arch.tolist()) == ([0], [1], [1])   # the second is regime already
+    assert c["window_ms"][0] / DAY == pytest.approx(7 * 1.35, rel=1e-6)      # 9.45 d; 19 d >= twice it: archived
+    assert c["status"].tolist() == [gm.ARCHIVED, 0, 0] and c["decay_class"].tolist() == [gm.TACTICAL, gm.REGIME, gm.TACTICAL]
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 160), st.booleans(), st.sampled_from([0.0, 0.2, 0.5]))
-def test_balance_kernel_matches_the_numpy_expressions(seed, n_golems, cap, balance, minority):
+def test_balance_kernel_matches_the_spec_reference(seed, n_golems, cap, balance, minority):
     from golem.curator import balance_and_reevaluate
     from golem.grimoire import _live_rows
     rng = np.random.default_rng(seed)
@@ -464,8 +566,8 @@ def test_balance_kernel_matches_the_numpy_expressions(seed, n_golems, cap, balan
     want = {k: v.copy() for k, v in c.items()}
     fig, cnt = balance_and_reevaluate(golems, cap, live, last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
                                       c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"],
-                                      c["raw_outcome"], c["confidence"], calm, balance, 0.4, 0.3, 0.3, minority, 0.5,
-                                      gm.CATEGORIES.index("insight"), 0.1, 0.2)
+                                      c["raw_outcome"], c["has_outcome"], c["confidence"], calm, balance, 0.4, 0.3, 0.3,
+                                      minority, 0.5, gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1)
     ref_fig, ref_cnt = _balance_reference(golems, cap, live, last_ms, want, calm, cu, 0.5, 0.1, 0.2)
     assert np.array_equal(fig, ref_fig) and np.array_equal(np.signbit(fig), np.signbit(ref_fig))
     assert cnt.tolist() == ref_cnt.tolist()

@@ -15,6 +15,8 @@ from golem import flashbulb, grimoire as gm, mortality
 from golem.config import default_config
 from golem.retrieval import RetrievalParams, retrieve
 
+PRM = RetrievalParams.from_config(default_config())   # the engine's parameters, from the config
+
 HERE = Path(__file__).resolve().parent
 DAY = 86_400_000
 
@@ -91,7 +93,7 @@ def _one_entry_arena(i0=0.8, created=0, tag=(-0.6, 0.7, -0.4)):
 
 def test_faded_tag_drifts_to_neutral_and_reactivation_restores_its_pull():
     gr = _one_entry_arena()
-    prm = RetrievalParams()
+    prm = PRM
     q = np.array([[1.0, 0, 0, 0]], np.float32)
     mood = np.array([[-0.6, 0.7, -0.4]])
     emo = [retrieve(gr, np.array([0]), q, mood, t * DAY, prm).factors[0, 0, 3] for t in (0, 3, 9, 30)]
@@ -106,8 +108,24 @@ def test_faded_tag_drifts_to_neutral_and_reactivation_restores_its_pull():
 
 
 def test_run_reactivates_tags(flash_run):
-    r = table(flash_run.run_dir, "retrievals")
-    assert r["reactivated"].sum() > 0
+    """Reactivation in a run (SPEC §2.6): only served entries with cosine >= 0.8 are re-lived; the
+    counts the retrievals record are the counts the entries carry (nothing is evicted here); only
+    tagged entries, each at most once per recall; and not only price moves (events and flashbulbs
+    are re-lived too when their moment comes; every topic: tests/test_conformance.py)."""
+    r = table(flash_run.run_dir, "retrievals").with_columns(
+        close=pl.col("semantic").list.eval((pl.element() >= 0.8).cast(pl.Int64)).list.sum())
+    assert r["reactivated"].sum() > 0 and (r["reactivated"] <= r["close"]).all()
+    gr = flash_run.world.gr
+    c = gr.cols
+    live = c["id"] >= 0
+    assert (gr.count < gr.capacity).all()
+    assert int(c["react_count"][live].sum()) == int(r["reactivated"].sum())
+    re = live & (c["react_count"] > 0)
+    assert c["has_tag"][re].all() and (c["react_count"][re] <= c["access_count"][re]).all()
+    assert (c["last_react_ms"][re] >= c["created_ms"][re]).all() and c["reactivated"][re].all()
+    from golem.memory_writer import KINDS
+    kinds = {KINDS[k] for k in np.unique(c["kind"][re])}
+    assert {"price-move", "event", "flashbulb"} <= kinds, kinds
 
 
 def _random_arena(rng, golems, cap, n, **over):
@@ -130,7 +148,7 @@ def test_emotional_decay_never_changes_confidence_or_content(seed, days):
     before = {k: gr.cols[k].copy() for k in ("confidence", "importance", "decay_class", "p", "a", "d", "i0", "outcome")}
     emb = gr.emb.copy()
     q = rng.normal(size=(2, 8)).astype(np.float32)
-    retrieve(gr, np.arange(2), q, rng.uniform(-1, 1, (2, 3)), days * DAY, RetrievalParams())
+    retrieve(gr, np.arange(2), q, rng.uniform(-1, 1, (2, 3)), days * DAY, PRM)
     for k, v in before.items():
         assert np.array_equal(gr.cols[k], v), k
     assert np.array_equal(gr.emb, emb)
@@ -144,10 +162,11 @@ def test_shadow_mode_never_changes_served_ids(seed, cap):
                        has_tag=rng.random(80) < 0.7, i0=np.float32(0.5))
     q = rng.normal(size=(3, 8)).astype(np.float32)
     pad = rng.uniform(-1, 1, (3, 3))
-    plain = retrieve(gr, np.arange(3), q, pad, DAY, RetrievalParams(salience_cap=0.0))
-    shadow = retrieve(gr, np.arange(3), q, pad, DAY, RetrievalParams(salience_cap=cap))
+    from dataclasses import replace
+    plain = retrieve(gr, np.arange(3), q, pad, DAY, replace(PRM, salience_cap=0.0))
+    shadow = retrieve(gr, np.arange(3), q, pad, DAY, replace(PRM, salience_cap=cap))
     assert np.array_equal(plain.slots, shadow.slots)
-    live = retrieve(gr, np.arange(3), q, pad, DAY, RetrievalParams(salience_cap=cap, live=True))
+    live = retrieve(gr, np.arange(3), q, pad, DAY, replace(PRM, salience_cap=cap, live=True))
     assert np.array_equal(live.slots, shadow.shadow)                      # live serves the would-be ranking
 
 
@@ -199,7 +218,7 @@ def test_six_factor_score_by_hand():
     gr.links[0] = (1,)
     w = (0.38, 0.18, 0.08, 0.14, 0.14, 0.08)
     res = retrieve_six(gr, np.array([0]), np.array([[1.0, 0]], np.float32), np.zeros((1, 3)), 5 * DAY,
-                       RetrievalParams(), w, np.array([0]), 2, [set()])
+                       PRM, w, np.array([0]), 2, [set()])
     hours = 5 * 24
     e0 = 0.38 * 1 + 0.18 * 0.5 * 2 ** -0.5 + 0.08 * 0.995**hours + 0 + 0.14 * 1.0 + 0.08 * 0.2
     e1 = 0.38 * 0 + 0.18 * 0.5 * 1.0 + 0.08 * 0.995**hours + 0.14 * 1.0 + 0.14 * 0.5 + 0.08 * 0.6
@@ -300,3 +319,17 @@ def test_mortality_phase_bands_by_hand():
     v = np.array([1.0, 0.7000001, 0.7, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.0, -0.5, np.nan])
     assert mortality.phase_of(v, cfg).tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4]
 
+
+
+def test_every_escalated_tick_is_an_escalation_event(flash_run):
+    """SPEC §13: escalations are events: one per tick above T0, with the tier the heartbeat paid
+    and its reasons (a T2 is a flashbulb's forced deep reflection or a high probe)."""
+    h = table(flash_run.run_dir, "heartbeats").filter(pl.col("tier") != "T0")
+    ev = events(flash_run.run_dir, "escalation")
+    assert h.height > 0 and ev.height == h.height
+    p = payloads(ev)
+    got = sorted((g, t, ("T0", "T1", "T2")[x["tier"]]) for g, t, x in zip(ev["golem_id"], ev["tick"], p))
+    assert got == sorted(zip(h["golem_id"], h["tick"], h["tier"]))
+    assert all(x["probe"] or x["marker"] or x["novelty"] or x["flashbulb"] for x in p)
+    assert all(x["flashbulb"] or x["probe"] for x in p if x["tier"] == 2)
+    assert np.allclose(ev["value"], [0.35 if x["tier"] == 2 else 0.001 for x in p])

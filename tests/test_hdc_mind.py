@@ -36,14 +36,21 @@ def test_somatic_score_is_the_spec_blend():
     gr.fp[0] = hdc.encode((-0.5, 0.8, -0.2), "fear", 0.6, "crash", im)
     gr.fp[1] = hdc.encode((0.5, -0.2, 0.4), "trust", 0.4, "calm", im)
     state = hdc.encode((-0.5, 0.8, -0.2), "fear", 0.6, "crash", im)[None, :]
+    from golem.config import default_config
     res = retrieve_somatic_hdc(gr, np.array([0]), np.array([[1.0, 0]], np.float32), np.array([[-0.5, 0.8, -0.2]]),
-                               3_600_000, RetrievalParams(), state)
+                               3_600_000, RetrievalParams.from_config(default_config()), state)
     sim1 = hdc.similarity(state[0], gr.fp[1])
     want = {0: 0.30 * 0.995 + 0.30 * 0.2 + 0.25 * 1.0 + 0.15 * 1.0,
             1: 0.30 * 0.995 + 0.30 * 0.9 + 0.25 * 0.0 + 0.15 * sim1}
     got = dict(zip(res.slots[0, :2].tolist(), res.scores[0, :2].tolist()))
     assert got == pytest.approx(want, abs=1e-6)
     assert hdc.somatic_score(0.995, 0.2, 1.0, 1.0) == pytest.approx(want[0], abs=1e-9)
+    # the weights are the config's retrieval.hdc_* keys
+    from dataclasses import replace
+    res = retrieve_somatic_hdc(gr, np.array([0]), np.array([[1.0, 0]], np.float32), np.array([[-0.5, 0.8, -0.2]]),
+                               3_600_000, replace(RetrievalParams.from_config(default_config()),
+                                                  somatic_weights=(0.0, 1.0, 0.0, 0.0)), state)
+    assert dict(zip(res.slots[0, :2].tolist(), res.scores[0, :2].tolist())) == pytest.approx({0: 0.2, 1: 0.9})
 
 
 def test_compositional_query_finds_fearful_exploit_memories(hdc_run):

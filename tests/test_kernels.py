@@ -88,15 +88,41 @@ def _unit(x):
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
+def _params(**keys) -> rt.RetrievalParams:
+    """RetrievalParams as the engine builds them: from a config (the defaults with `section.key`
+    values), so the tests exercise the config -> engine wiring too."""
+    from golem.config import build_config, default_table
+    tree = {k: dict(v) for k, v in default_table().items()}
+    for key, v in keys.items():
+        section, name = key.split("__")
+        tree[section][name] = v
+    return rt.RetrievalParams.from_config(build_config(tree))
+
+
 params = st.builds(
-    rt.RetrievalParams,
-    top_k=st.integers(1, 12),
-    charge_fading=st.booleans(),
-    live=st.booleans(),
-    salience_cap=st.sampled_from([0.0, 0.25, 0.6]),
-    half_life_days=st.sampled_from([0.5, 3.0]),
-    temporal_base=st.sampled_from([0.995, 0.9]),
+    _params,
+    retrieval__top_k=st.integers(1, 12),
+    retrieval__charge_fading=st.booleans(),
+    retrieval__salience_rank=st.sampled_from(["off", "shadow", "live"]),
+    retrieval__salience_rank_cap=st.sampled_from([0.0, 0.25, 0.6]),
+    decay__half_life_days=st.sampled_from([0.5, 3.0]),
+    decay__reactivation_boost=st.sampled_from([0.3, 0.7]),
+    retrieval__temporal_base=st.sampled_from([0.995, 0.9]),
+    retrieval__w_semantic=st.sampled_from([0.40, 0.6]),
+    retrieval__w_emotional=st.sampled_from([0.15, 0.3]),
 )
+
+
+def test_retrieval_params_come_from_their_config_keys():
+    prm = _params(retrieval__top_k=5, retrieval__w_semantic=0.1, retrieval__w_temporal=0.2, retrieval__w_importance=0.3,
+                  retrieval__w_emotional=0.4, retrieval__temporal_base=0.9, decay__half_life_days=2.0,
+                  decay__reactivation_boost=0.7, retrieval__charge_fading=False, retrieval__salience_rank_cap=0.6,
+                  retrieval__salience_rank="live", retrieval__hdc_recency=0.1, retrieval__hdc_importance=0.2,
+                  retrieval__hdc_relevance=0.3, retrieval__hdc_similarity=0.4)
+    assert prm == rt.RetrievalParams(top_k=5, weights=(0.1, 0.2, 0.3, 0.4), temporal_base=0.9, half_life_days=2.0,
+                                     reactivation_boost=0.7, charge_fading=False, salience_cap=0.6, live=True,
+                                     somatic_weights=(0.1, 0.2, 0.3, 0.4))
+    assert _params(retrieval__salience_rank="shadow").live is False
 filters = st.tuples(st.sampled_from([0.0, 0.3, 0.6]), st.sampled_from([0, 1, -1]))
 
 
@@ -160,8 +186,11 @@ def test_shadow_ranking_and_pool_statistics(arena, prm, flt):
         mult = {r[0]: 1.0 + float(c["salience"][r[0]]) * prm.salience_cap for r in rows}
         shadow = ranked(rows, lambda r: r[1] * mult[r[0]], prm.top_k)
         assert [int(s) for s in res.shadow[g] if s >= 0] == shadow
-        n, sum_emo, sum_val, best, best_score = res.pool[g]
+        n, sum_emo, sum_val, best, best_score, best_sem = res.pool[g]
         assert n == len(rows)
+        # the pool's best semantic match (novelty): the largest cosine among the eligible entries
+        sems = [rt.entry_factors(gr, r[0], q[g], tuple(pad[g]), NOW, prm)[0] for r in rows]
+        assert best_sem == (max(sems) if sems else -np.inf)
         assert abs(sum_emo - sum(r[2] for r in rows)) <= 1e-12 * max(1, len(rows))
         assert abs(sum_val - sum(r[3] for r in rows)) <= 1e-12 * max(1, len(rows))
         nonneg = [r for r in rows if r[3] >= 0]
@@ -226,7 +255,7 @@ def test_untagged_and_zero_pad_are_neutral():
     gr._stamp_unit_pad(np.arange(4))
     c["up"][3] = 0.8                           # a stale unit vector on an untagged entry: still 0.5
     res = rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32) / np.sqrt(8), np.array([[0.5, 0.5, 0.5]]),
-                      NOW, rt.RetrievalParams(top_k=4))
+                      NOW, _params(retrieval__top_k=4))
     emo = {int(s): res.factors[0, r, 3] for r, s in enumerate(res.slots[0])}
     assert emo[0] == 0.5 and emo[1] == 0.5 and emo[3] == 0.5
     assert emo[2] > 0.5
@@ -263,7 +292,7 @@ def test_parallel_kernel_is_the_serial_kernel():
     q = _unit(rng.standard_normal((golems.size, 16))).astype(np.float32)
     pad = rng.uniform(-1, 1, (golems.size, 3))
     assert int(gr.count[golems].sum()) >= rt.PARALLEL_MIN_ENTRIES
-    prm = rt.RetrievalParams()
+    prm = _params()
     threads = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
@@ -357,7 +386,7 @@ def test_served_factors_charge_with_a_reactivation_boost_by_hand():
     c["last_react_ms"][0] = NOW - 3 * DAY_MS
     c["importance"][0] = 0.5
     gr._stamp_unit_pad(np.arange(4))
-    prm = rt.RetrievalParams(half_life_days=3.0, reactivation_boost=0.3, charge_fading=True)
+    prm = _params()                                 # the spec's half-life 3 days and boost 0.3
     got = rt.served_factors(gr, np.array([0]), np.array([[1, 0, 0, 0]], np.float32), np.array([[1.0, 0.0, 0.0]]), NOW, prm)
     assert got[0, 0] == 1.0
     assert got[0, 1] == pytest.approx(0.995 ** 10, rel=1e-15)
@@ -386,7 +415,7 @@ def test_served_factors_powers_of_two_are_pow_not_exp2():
     c["reactivated"][:] = True
     c["last_react_ms"][:] = NOW - np.array(ages)
     gr._stamp_unit_pad(np.arange(n))
-    prm = rt.RetrievalParams(half_life_days=3.0, reactivation_boost=1.0, charge_fading=True)
+    prm = _params(decay__reactivation_boost=1.0)
     q = np.tile(np.array([1, 0, 0, 0], np.float32), (n, 1))
     pad = np.tile([1.0, 0.0, 0.0], (n, 1))
     got = rt.served_factors(gr, np.arange(n), q, pad, NOW, prm)[:, 3]
