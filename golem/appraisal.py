@@ -66,17 +66,28 @@ def outlook(pop, ix: np.ndarray, value: np.ndarray, now_ms: int, window_s: float
                    drawdown=np.clip(1.0 - v / np.maximum(high, 1e-12), 0.0, 1.0))
 
 
-def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio, regime_shift, probe_sev,
-             position_change, filled, failed, control, worked, shock):
+def impulse(charge: np.ndarray, new: np.ndarray, dt_s: np.ndarray, half_life_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """A discrete happening (a regime shift, a trade) as a stimulus that fades with `half_life_s`:
+    (its mean over the interval just past, the charge left at its end). It is taken to have happened
+    at the start of the interval (since the last look); what is left carries over to the next one.
+    Summed over ticks the stimulus is charge x H / ln 2 at any cadence, where a one-tick value would
+    last as long as the heartbeat."""
+    rho = decay(dt_s, half_life_s)
+    start = charge + new
+    return start * half_life_s * (1.0 - rho) / (np.maximum(dt_s, 1e-9) * np.log(2.0)), start * rho
+
+
+def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio, probe_sev, impulse_a, impulse_d,
+             control, worked, shock):
     """(P, A, D) stimulus arrays (SPEC §2.1), each the tanh of its terms' sum: within (-1, 1), linear for
     everyday values and saturating softly when several signals agree, so that a sustained crisis
     approaches the clamp without sitting on it.
 
     P (outcome): tanh(k_p * tick P&L per reference interval / value) + prediction hit/miss * bonus
        - contradiction + tanh(k_return * window return) + tanh(k_drawdown * (drawdown_free - drawdown)).
-    A (intensity): tanh(k_a * (realised vol / reference vol - 1)) + regime shift + probe severity
-       + a large own position change.
-    D (control): a deliberate trade that filled (+) or failed (-), tanh(k_control * exposure * trend)
+    A (intensity): tanh(k_a * (realised vol / reference vol - 1)) + probe severity + `impulse_a` (regime
+       shifts and large own position changes, fading: `impulse`).
+    D (control): `impulse_d` (deliberate trades that filled (+) or failed (-), fading), tanh(k_control * exposure * trend)
        (holding what rises is control, riding what falls is none), how well the last trade has worked
        since (`worked`), tanh(k_turmoil * (1 - realised vol / reference vol)) (a market wilder than
        normal is out of the Golem's hands, a calmer one in them), minus the worst shock to a held
@@ -89,10 +100,8 @@ def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio
           + np.tanh(np.tanh(ap.k_return * shrunk) + np.tanh(ap.k_drawdown * (free - look.drawdown)))
           - probe_p[probe_sev])
     probe_a = np.array([ap.probe_arousal.get(k, 0.0) for k in ("none", "low", "medium", "high")])
-    sa = (np.tanh(ap.k_a * (vol_ratio - 1.0)) + ap.regime_shift_arousal * regime_shift
-          + probe_a[probe_sev] + ap.position_change_arousal * position_change)
-    sd = (ap.action_success * filled - ap.failed_transaction * failed + np.tanh(ap.k_control * control) + worked
-          + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock)
+    sa = np.tanh(ap.k_a * (vol_ratio - 1.0)) + probe_a[probe_sev] + impulse_a
+    sd = impulse_d + np.tanh(ap.k_control * control) + worked + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock
     return np.tanh(sp), np.tanh(sa), np.tanh(sd)
 
 

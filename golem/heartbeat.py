@@ -219,12 +219,16 @@ class Mind:
             (obs.now_ms - pop.trade_ms[ix]) / 1000.0, ap.control_half_life_s)
         look = appraisal.outlook(pop, ix, value, obs.now_ms, ap.outlook_window_s)
         pnl_rate = tick_pnl / np.maximum(value, 1e-9) * (ap.reference_interval_s / dt_s)
+        # what happened since the last look, fading in simulated time: regime shifts and large own
+        # position changes (A), trades that filled or failed (D)
         act = pop.last_action[ix]
+        imp_a, pop.imp_a[ix] = appraisal.impulse(pop.imp_a[ix], ap.regime_shift_arousal * regime_shift
+                                                 + ap.position_change_arousal * pos_change, dt_s, ap.impulse_half_life_s)
+        imp_d, pop.imp_d[ix] = appraisal.impulse(pop.imp_d[ix], ap.action_success * (act > 0)
+                                                 - ap.failed_transaction * (act < 0), dt_s, ap.impulse_half_life_s)
         sp, sa, sd = appraisal.stimulus(ap, pnl_rate=pnl_rate, prediction=prediction, contradicted=contradicted,
-                                        look=look, vol_ratio=vol_ratio, regime_shift=regime_shift.astype(np.float64),
-                                        probe_sev=sev, position_change=pos_change, filled=(act > 0).astype(np.float64),
-                                        failed=(act < 0).astype(np.float64), control=exposure * (llp - ema),
-                                        worked=np.where(traded, worked, 0.0), shock=shock)
+                                        look=look, vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
+                                        control=exposure * (llp - ema), worked=np.where(traded, worked, 0.0), shock=shock)
         # the outcome part of P, the ground truth a harsh self-evaluation is checked against (SPEC §5)
         truth = np.clip(np.tanh(ap.k_p * pnl_rate) + np.tanh(ap.k_return * look.window_return)
                         - np.tanh(ap.k_drawdown * look.drawdown), -1.0, 1.0)

@@ -57,6 +57,8 @@ class Population:
     trade_price: np.ndarray = field(init=False)
     trade_dexp: np.ndarray = field(init=False)
     danger_ms: np.ndarray = field(init=False)      # the last time a high-severity probe was seen
+    imp_a: np.ndarray = field(init=False)          # fading arousal of regime shifts and own position changes
+    imp_d: np.ndarray = field(init=False)          # fading control of trades that filled or failed
     next_dream_ms: np.ndarray = field(init=False)  # the first tick at or after this time is a dream
     price_hist: np.ndarray = field(init=False)     # (n, HIST) recent prices, ring
     exp_sign: np.ndarray = field(init=False)       # expected sign of the last decision
@@ -114,6 +116,8 @@ class Population:
         self.trade_price = np.full(n, np.nan)
         self.trade_dexp = np.zeros(n)
         self.danger_ms = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
+        self.imp_a = np.zeros(n)
+        self.imp_d = np.zeros(n)
         self.next_dream_ms = np.zeros(n, dtype=np.int64)
         self.price_hist = np.full((n, HIST), np.nan)
         self.exp_sign = np.zeros(n, dtype=np.int8)

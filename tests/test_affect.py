@@ -1,0 +1,276 @@
+"""Affect on two time scales (SPEC §1, §2.1, §8): the stimulus and the outlook by hand, emotion and
+mood as recorded, recall by mood, contagion on emotion, the reference volatility scaled once,
+dreams that lose nothing, and the same market felt the same at another cadence."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import SCENARIOS, events, run_scenario, table
+from golem import appraisal
+from golem.config import default_config
+from golem.population import Population
+from golem.rng import uniform
+
+AP = default_config().appraisal
+
+
+def _stim(**kw):
+    base = dict(pnl_rate=np.zeros(1), prediction=np.zeros(1), contradicted=np.zeros(1),
+                look=appraisal.Outlook(np.zeros(1), np.zeros(1)), vol_ratio=np.ones(1),
+                probe_sev=np.zeros(1, dtype=np.int64), impulse_a=np.zeros(1), impulse_d=np.zeros(1),
+                control=np.zeros(1), worked=np.zeros(1), shock=np.zeros(1))
+    base.update({k: np.atleast_1d(np.asarray(v, dtype=np.int64 if k == "probe_sev" else np.float64)) if k != "look" else v
+                 for k, v in kw.items()})
+    return [float(x[0]) for x in appraisal.stimulus(AP, **base)]
+
+
+def test_the_stimulus_by_hand():
+    """docs/decisions.md ("Appraisal") states the formula; these are its numbers worked by hand."""
+    # a quiet tick at the book's high: P = tanh(outlook) with outlook = tanh(tanh(0) + tanh(5 * 0.04)); A = D = 0
+    p, a, d = _stim()
+    assert (p, a, d) == pytest.approx((math.tanh(math.tanh(math.tanh(0.2))), 0.0, 0.0), abs=1e-12)
+    # a crash tick: -1 % of value in 5 min (k_p 50), a missed prediction, 10 % below the window start
+    # (4 % of it everyday fluctuation), 12 % below the high, a high probe
+    look = appraisal.Outlook(np.array([-0.10]), np.array([0.12]))
+    p, a, d = _stim(pnl_rate=-0.01, prediction=-1, look=look, probe_sev=3, vol_ratio=5.0, shock=0.8,
+                    control=-0.06, worked=0.25)
+    outlook = math.tanh(math.tanh(3 * -0.06) + math.tanh(5 * (0.04 - 0.12)))
+    assert p == pytest.approx(math.tanh(math.tanh(-0.5) - 0.2 + outlook - 0.3), abs=1e-12)
+    # A: tanh(0.5 * (5 - 1)) + the high probe's 0.6
+    assert a == pytest.approx(math.tanh(math.tanh(2.0) + 0.6), abs=1e-12)
+    # D: holding against the trend tanh(10 * -0.06), the trade that worked, turmoil tanh(0.5 * (1 - 5)), the shock
+    assert d == pytest.approx(math.tanh(math.tanh(-0.6) + 0.25 + math.tanh(-2.0) - 0.8), abs=1e-12)
+    # a rally: +30 % over the window at its high, a calmer market than normal, fading impulses
+    p, a, d = _stim(look=appraisal.Outlook(np.array([0.30]), np.array([0.0])), vol_ratio=0.5, impulse_a=0.5,
+                    impulse_d=0.2)
+    assert p == pytest.approx(math.tanh(math.tanh(math.tanh(3 * 0.26) + math.tanh(0.2))), abs=1e-12)
+    assert a == pytest.approx(math.tanh(math.tanh(-0.25) + 0.5), abs=1e-12)
+    assert d == pytest.approx(math.tanh(0.2 + math.tanh(0.25)), abs=1e-12)
+    # a loss inside the everyday fluctuation is not felt as one: -3 % return, 3 % below the high
+    p, _, _ = _stim(look=appraisal.Outlook(np.array([-0.03]), np.array([0.03])))
+    assert p == pytest.approx(math.tanh(math.tanh(math.tanh(5 * 0.01))), abs=1e-12) and p > 0
+
+
+def test_an_impulse_fades_in_time_and_weighs_the_same_at_any_cadence():
+    """A regime shift (0.3) seen on one tick: the stimulus is its mean over the interval just past,
+    H (1 - rho) / (dt ln 2) of it, and what is left carries on; summed over ticks it is 0.3 H / ln 2."""
+    h = 300.0
+    mean, left = appraisal.impulse(np.zeros(1), np.array([0.3]), np.array([300.0]), h)
+    assert mean[0] == pytest.approx(0.3 * 300 * 0.5 / (300 * math.log(2))) and left[0] == pytest.approx(0.15)
+    for dt in (60.0, 300.0, 1800.0, 7200.0):
+        charge, total = np.array([0.3]), 0.0
+        new = np.array([0.3])
+        charge = np.zeros(1)
+        for _ in range(int(20 * 3600 / dt)):
+            m, charge = appraisal.impulse(charge, new, np.array([dt]), h)
+            new = np.zeros(1)
+            total += m[0] * dt
+        assert total == pytest.approx(0.3 * h / math.log(2), rel=1e-6)
+
+
+def _pop(n=2, value0=100.0):
+    return Population(n=n, clade=np.zeros(n, np.int32), clade_names=("c",), asset=np.zeros(n, np.int16),
+                      strategy=np.zeros(n, np.int8), baseline=np.zeros((n, 3)), budget0=np.full(n, 10.0),
+                      value0=np.full(n, value0))
+
+
+def test_the_outlook_window_by_hand():
+    """Return over the window and drawdown from its high; before a whole window has passed, the
+    Golem's starting capital stands for the days it has not seen."""
+    pop, ix, day = _pop(1), np.array([0]), 86_400_000
+    w = 30 * 86_400
+    look = appraisal.outlook(pop, ix, np.array([100.0]), 0, w)
+    assert (look.window_return[0], look.drawdown[0]) == (0.0, 0.0)
+    appraisal.outlook(pop, ix, np.array([110.0]), day, w)
+    look = appraisal.outlook(pop, ix, np.array([99.0]), 2 * day, w)
+    assert look.window_return[0] == pytest.approx(99 / 100 - 1) and look.drawdown[0] == pytest.approx(1 - 99 / 110)
+    # a value a day for 35 days (100 + k on day k): on day 34 the window holds days 5..34
+    pop = _pop(1)
+    for k in range(35):
+        look = appraisal.outlook(pop, ix, np.array([100.0 + k]), k * day, w)
+    assert look.window_return[0] == pytest.approx(134 / 105 - 1) and look.drawdown[0] == 0.0
+    # a gap longer than the window forgets it all: the value now is start and high
+    look = appraisal.outlook(pop, ix, np.array([50.0]), 100 * day, w)
+    assert (look.window_return[0], look.drawdown[0]) == (0.0, 0.0)
+
+
+def test_emotion_and_mood_are_recorded_and_recall_reads_the_mood(flash_run):
+    h = table(flash_run.run_dir, "heartbeats")
+    awake = h.filter(pl.col("state_path") != "DREAMING")
+    for c in ("p", "a", "d"):
+        assert awake[c].std() > awake[f"mood_{c}"].std()          # the mood is the slow one
+        assert (awake[c] - awake[f"mood_{c}"]).abs().max() > 0.3
+    r = table(flash_run.run_dir, "retrievals").join(awake, on=["time_ms", "golem_id"])
+    back = events(flash_run.run_dir, "backcheck").select("time_ms", "golem_id")
+    assert r.height == awake.height
+    assert (r["query_a"] == r["mood_a"]).all() and (r["query_d"] == r["mood_d"]).all()
+    # the mood's P is what was queried, unless a backcheck corrected it later in the tick
+    same_p = r.join(back, on=["time_ms", "golem_id"], how="anti")
+    assert (same_p["query_p"] == same_p["mood_p"]).all()
+
+
+def test_contagion_moves_the_emotion_and_the_mood_follows(panic_run):
+    """At delivery the receiver's emotion P and A move by 0.3 x the tag (D never); its mood is not
+    touched by the delivery, only by its next tick's update (SPEC §2.1, §2.7)."""
+    from golem import clade as cladem
+    world = panic_run.world
+    pop, alive = world.pop, np.flatnonzero(world.pop.alive)
+    sender, recv = int(alive[0]), alive[1:3]
+    entry = cladem.capture(world.gr, int(np.flatnonzero(world.gr.cols["id"] >= 0)[0]))
+    entry.update(has_tag=True, p=-0.5, a=0.8, d=-0.9)
+    pad0, mood0 = pop.pad[recv].copy(), pop.mood[recv].copy()
+    cladem.receive(world.mind, [(sender, entry, "flashbulb", recv, np.array([2000, 2000]))], 0, 0.3)
+    assert pop.pad[recv, 0] == pytest.approx(np.clip(pad0[:, 0] - 0.15, -1, 1))
+    assert pop.pad[recv, 1] == pytest.approx(np.clip(pad0[:, 1] + 0.24, -1, 1))
+    assert (pop.pad[recv, 2] == pad0[:, 2]).all() and (pop.mood[recv] == mood0).all()
+    # in the run: every delivery moved A by 0.3 x the tag's A (clamped) and left D alone
+    import json
+    for payload in events(panic_run.run_dir, "contagion")["payload"]:
+        p = json.loads(payload)
+        assert p["pad_after"][2] == p["pad_before"][2]
+        assert p["pad_after"][1] == pytest.approx(max(-1.0, min(1.0, p["pad_before"][1] + 0.3 * p["tag"][1])))
+
+
+def test_the_reference_volatility_is_scaled_once():
+    from sim.market import Tape
+    t = Tape(time_ms=np.arange(3) * 7_200_000, bar_ms=7_200_000, assets=("BTC",), protocols=("btc-pool",),
+             open=np.ones((3, 1)), high=np.ones((3, 1)), low=np.ones((3, 1)), close=np.ones((3, 1)),
+             volume=np.ones((3, 1)), tvl=np.ones((3, 1)), gas=np.ones(3), funding=np.ones(3), regime=np.zeros(3, np.int16),
+             regime_names=("calm",), normal_vol=np.array([0.012]), normal_interval_ms=7_200_000)
+    # auto: the tape's normal per 2 h bar; a Golem ticking every 2 h compares its 2 h returns to 0.012
+    assert t.reference_rate("auto", 300)[0] * math.sqrt(7200) == pytest.approx(0.012)
+    # a number is quoted per reference_interval_s, scaled by sqrt(dt / it) once
+    assert t.reference_rate(0.003, 300)[0] * math.sqrt(7200) == pytest.approx(0.003 * math.sqrt(24))
+
+
+def _generated_tape_file(tmp: Path, bar_s: int, days_before: int, days: int, seed: int = 4) -> Path:
+    """A 5-minute generated market (calm, a crash, a recovery) aggregated into bars of bar_s seconds
+    and imported as a tape: the same market at two bar lengths."""
+    from sim.market import generate
+    from sim.scenario import MarketSpec
+    from sim.tapes import import_tape, write_tape
+    d = 86_400
+    spec = MarketSpec.model_validate({
+        "assets": [{"name": "BTC", "price": 30000.0}], "initial_regime": "calm",
+        "regimes": {"calm": {"vol": 0.003, "mean_duration_s": 1e9}, "crash": {"drift": -0.004, "vol": 0.012, "mean_duration_s": 1e9},
+                    "bull": {"drift": 0.0003, "vol": 0.004, "mean_duration_s": 1e9}},
+        "regime_schedule": [{"at": (days_before + 2) * d, "regime": "crash"}, {"at": (days_before + 2) * d + 4 * 3600, "regime": "bull"},
+                            {"at": (days_before + 5) * d, "regime": "calm"}, {"at": (days_before + 7) * d, "regime": "crash"},
+                            {"at": (days_before + 7) * d + 6 * 3600, "regime": "calm"}]})
+    tape = generate(spec, (days_before + days) * d, seed)
+    k = bar_s // 300
+    n = (tape.n_steps // k) * k
+    close = tape.close[:n, 0].reshape(-1, k)
+    rows = pl.DataFrame({"timestamp": (np.arange(close.shape[0]) * bar_s * 1000 + 1_577_836_800_000),
+                         "open": tape.open[:n:k, 0], "high": close.max(axis=1), "low": close.min(axis=1),
+                         "close": close[:, -1], "volume": np.full(close.shape[0], 1.0)})
+    csv = tmp / f"bars-{bar_s}.csv"
+    rows.write_csv(csv)
+    out = tmp / f"tape-{bar_s}.parquet"
+    write_tape(import_tape(csv, asset="BTC", time_unit="ms"), out)
+    return out
+
+
+def _daily_mood(run_dir, clade: int | None = None) -> pl.DataFrame:
+    h = table(run_dir, "heartbeats").filter(pl.col("state_path") != "DREAMING")
+    if clade is not None:
+        h = h.filter(pl.col("clade_id") == clade)
+    return (h.with_columns((pl.col("time_ms") // 86_400_000).alias("day")).group_by("day")
+            .agg(pl.col("mood_p", "mood_a", "mood_d").mean(), pl.col("flashbulb").sum()).sort("day"))
+
+
+def _assert_same_feeling(a: pl.DataFrame, b: pl.DataFrame) -> None:
+    assert a.height == b.height >= 7
+    for c in ("mood_p", "mood_a", "mood_d"):
+        r = np.corrcoef(a[c].to_numpy(), b[c].to_numpy())[0, 1]
+        assert r >= 0.9, (c, r)
+    fa, fb = int(a["flashbulb"].sum()), int(b["flashbulb"].sum())
+    assert fa > 0 and fb > 0 and max(fa, fb) <= 2 * min(fa, fb), (fa, fb)
+
+
+CADENCE = """name: cadence
+duration: 10d
+market:
+  initial_regime: calm
+  regimes:
+    calm: {drift: 0.0, vol: 0.003, mean_duration_s: 1.0e9}
+    bull: {drift: 0.0004, vol: 0.004, mean_duration_s: 1.0e9}
+    crash: {drift: -0.006, vol: 0.012, mean_duration_s: 1.0e9}
+    bear: {drift: -0.0003, vol: 0.005, mean_duration_s: 1.0e9}
+  regime_schedule:
+    - {at: 2d, regime: bull}
+    - {at: 4d, regime: crash}
+    - {at: 4d3h, regime: bear}
+    - {at: 7d, regime: calm}
+golems:
+  - {count: 4, clade: fast, asset: ETH, strategy: hodl, interval: 5m, spread: 0}
+  - {count: 4, clade: slow, asset: ETH, strategy: hodl, interval: 30m, spread: 0}
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 3, 5])
+def test_the_same_generated_market_is_felt_alike_every_5_and_every_30_minutes(tmp_path, seed):
+    """SPEC §2.8: daily mean mood correlated >= 0.9 (P, A and D each) and flashbulb counts within 2x
+    for Golems that hold the same book and differ only in their heartbeat."""
+    path = tmp_path / "cadence.yaml"
+    path.write_text(CADENCE)
+    r = run_scenario(path, tmp_path / "run", seed=seed)
+    _assert_same_feeling(_daily_mood(r.run_dir, 0), _daily_mood(r.run_dir, 1))
+
+
+def test_the_same_tape_is_felt_alike_at_1_hour_and_2_hour_bars(tmp_path):
+    """The same market as a tape of 1 h bars and of 2 h bars, each seen once per bar with the
+    reference volatility measured on the tape (auto): the same daily mood, flashbulbs within 2x."""
+    out = {}
+    for bar in (3600, 7200):
+        tape = _generated_tape_file(tmp_path, bar, days_before=30, days=11)
+        scen = tmp_path / f"tape-{bar}.yaml"
+        scen.write_text(f"name: tape{bar}\nduration: 10d\nseed: 2\nmarket:\n  tape: {{path: {tape}, start: '2020-01-31'}}\n"
+                        f"golems:\n  - {{count: 4, clade: c, asset: BTC, strategy: hodl, interval: {bar}, spread: 0}}\n")
+        out[bar] = run_scenario(scen, tmp_path / f"run-{bar}")
+    for bar, r in out.items():
+        assert r.manifest["tape"]["normal_source"].endswith("days before the start")
+    _assert_same_feeling(_daily_mood(out[3600].run_dir), _daily_mood(out[7200].run_dir))
+
+
+def test_dreams_lose_nothing_a_crash_during_a_dream_is_seen_on_waking(tmp_path):
+    """A crash bar that is visible for one minute, starting at the tick on which Golem 0 dreams, is
+    appraised and probed on its next awake tick (SPEC §8): a high probe, an event entry, its P&L."""
+    seed, day = 5, 86_400_000
+    phase = int(np.floor(uniform(seed, np.arange(3), 0, 13)[0] * day))
+    dream_ms = -(-phase // 300_000) * 300_000 + day          # Golem 0's second dream, on the 300 s grid
+    scen = tmp_path / "dream.yaml"
+    scen.write_text(f"""name: dream
+duration: 3d
+seed: {seed}
+market:
+  initial_regime: calm
+  regimes: {{calm: {{vol: 0.003, mean_duration_s: 1.0e9}}}}
+  events:
+    - {{kind: flash_crash, at: {dream_ms // 1000}, asset: ETH, duration: 60s, severity: high, impact: -0.08}}
+golems:
+  - {{count: 3, clade: c, asset: ETH, strategy: hodl, exposure: 0.9}}
+""")
+    r = run_scenario(scen, tmp_path / "run")
+    h = table(r.run_dir, "heartbeats").filter(pl.col("golem_id") == 0).sort("time_ms")
+    at = h.filter(pl.col("time_ms") == dream_ms)
+    assert at["state_path"].to_list() == ["DREAMING"]
+    woke = h.filter(pl.col("time_ms") > dream_ms).row(0, named=True)
+    assert woke["time_ms"] == dream_ms + 300_000 and woke["probe"] == "high"
+    assert woke["pnl"] < -0.05 * woke["value"]             # the crash bar's loss, felt on waking
+    e = table(r.run_dir, "entries").filter((pl.col("golem_id") == 0) & (pl.col("created_ms") == woke["time_ms"]))
+    assert "flash_crash" in e["event_kind"].to_list()
+    # the others were awake and saw it at the bar itself
+    others = table(r.run_dir, "heartbeats").filter((pl.col("golem_id") != 0) & (pl.col("time_ms") == dream_ms))
+    assert (others["probe"] == "high").all() and (others["state_path"] != "DREAMING").all()
+
+
+def test_real_tape_needs_no_per_bar_overrides():
+    import yaml
+    scen = yaml.safe_load((SCENARIOS / "real_tape.yaml").read_text())
+    assert scen.get("overrides", {}) == {}
