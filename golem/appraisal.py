@@ -77,14 +77,27 @@ def impulse(charge: np.ndarray, new: np.ndarray, dt_s: np.ndarray, half_life_s: 
     return start * half_life_s * (1.0 - rho) / (np.maximum(dt_s, 1e-9) * np.log(2.0)), start * rho
 
 
+def outcome(ap, pnl_rate, look: Outlook) -> np.ndarray:
+    """The outcome part of P (before its final tanh): tanh(k_p * tick P&L per reference interval /
+    value) + tanh(tanh(k_return * R) + tanh(k_drawdown * (outlook_free - drawdown))), R the window
+    return with its everyday fluctuation (|R| <= outlook_free) taken out. It is also the ground truth
+    a harsh self-evaluation is checked against (SPEC §5)."""
+    free = ap.outlook_free
+    shrunk = np.sign(look.window_return) * np.maximum(np.abs(look.window_return) - free, 0.0)
+    return np.tanh(ap.k_p * pnl_rate) + np.tanh(np.tanh(ap.k_return * shrunk) + np.tanh(ap.k_drawdown * (free - look.drawdown)))
+
+
 def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio, probe_sev, impulse_a, impulse_d,
              control, worked, shock):
     """(P, A, D) stimulus arrays (SPEC §2.1), each the tanh of its terms' sum: within (-1, 1), linear for
     everyday values and saturating softly when several signals agree, so that a sustained crisis
     approaches the clamp without sitting on it.
 
-    P (outcome): tanh(k_p * tick P&L per reference interval / value) + prediction hit/miss * bonus
-       - contradiction + tanh(k_return * window return) + tanh(k_drawdown * (drawdown_free - drawdown)).
+    A's sum enters its tanh times `arousal_gain` (< 1): a crisis arouses a Golem to about 0.8, not to
+    the edge, so a sibling's alarm arriving on top of it still moves it (SPEC §2.8).
+
+    P (outcome): `outcome` (the tick's P&L, the window's return and drawdown) + prediction hit/miss
+       * bonus - contradiction - the threat of a probe on the Golem's asset.
     A (intensity): tanh(k_a * (realised vol / reference vol - 1)) + probe severity + `impulse_a` (regime
        shifts and large own position changes, fading: `impulse`).
     D (control): `impulse_d` (deliberate trades that filled (+) or failed (-), fading), tanh(k_control * exposure * trend)
@@ -93,16 +106,13 @@ def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio
        normal is out of the Golem's hands, a calmer one in them), minus the worst shock to a held
        position (exploit or rug pull, liquidation, stop breached).
     """
-    free = ap.outlook_free
-    shrunk = np.sign(look.window_return) * np.maximum(np.abs(look.window_return) - free, 0.0)
     probe_p = np.array([ap.probe_threat.get(k, 0.0) for k in ("none", "low", "medium", "high")])
-    sp = (np.tanh(ap.k_p * pnl_rate) + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted
-          + np.tanh(np.tanh(ap.k_return * shrunk) + np.tanh(ap.k_drawdown * (free - look.drawdown)))
+    sp = (outcome(ap, pnl_rate, look) + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted
           - probe_p[probe_sev])
     probe_a = np.array([ap.probe_arousal.get(k, 0.0) for k in ("none", "low", "medium", "high")])
     sa = np.tanh(ap.k_a * (vol_ratio - 1.0)) + probe_a[probe_sev] + impulse_a
     sd = impulse_d + np.tanh(ap.k_control * control) + worked + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock
-    return np.tanh(sp), np.tanh(sa), np.tanh(sd)
+    return np.tanh(sp), np.tanh(ap.arousal_gain * sa), np.tanh(sd)
 
 
 def emotion_update(emotion: np.ndarray, stim: np.ndarray, dt_s: np.ndarray, half_life_s: float) -> np.ndarray:

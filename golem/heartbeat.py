@@ -185,7 +185,7 @@ class Mind:
         new_regime = regime_shift & (t - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
         sev = obs.probe_sev.astype(np.int64)
         pop.danger_ms[ix] = np.where(sev >= 3, obs.now_ms, pop.danger_ms[ix])
-        danger = obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0
+        danger = (sev >= 3) | (obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0)
         self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
         # prediction of the last decision against what happened
         sgn = np.sign(ret).astype(np.int64)
@@ -230,8 +230,7 @@ class Mind:
                                         look=look, vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
                                         control=exposure * (llp - ema), worked=np.where(traded, worked, 0.0), shock=shock)
         # the outcome part of P, the ground truth a harsh self-evaluation is checked against (SPEC §5)
-        truth = np.clip(np.tanh(ap.k_p * pnl_rate) + np.tanh(ap.k_return * look.window_return)
-                        - np.tanh(ap.k_drawdown * look.drawdown), -1.0, 1.0)
+        truth = np.tanh(appraisal.outcome(ap, pnl_rate, look))
         stim = np.stack([sp, sa, sd], axis=1)
         stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
         pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)

@@ -53,11 +53,14 @@ def observation(m: Mind, now_ms: int = DAY, events=(), sees=None, event_assets=N
                        tvl=np.full(a, 1e8), gas=30.0, gas_ref=30.0, regime=regime,
                        probe_sev=np.zeros(n, np.int8) if probe is None else np.asarray(probe, np.int8),
                        events=events, sees=sees,
-                       event_assets=np.zeros(len(events), np.int64) if event_assets is None else np.asarray(event_assets))
+                       event_assets=np.zeros(len(events), np.int64) if event_assets is None else np.asarray(event_assets),
+                       ref_rate=np.full(a, 0.003 / np.sqrt(300.0)))   # the default normal: 0.003 per 5 min
 
 
-def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), **over) -> dict:
-    """What SENSING hands on, for Golems ix: a calm tick with no move, no event, no marker."""
+def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> dict:
+    """What SENSING hands on, for Golems ix: a calm tick with no move, no event, no marker; the mood
+    is the emotion unless given (what reflection's emotional load reads), the ground truth of the
+    outcome neutral."""
     ix = np.asarray(ix, dtype=np.int64)
     b = ix.size
     z = np.zeros(b)
@@ -69,7 +72,9 @@ def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), **over) -> dict:
              emotion=np.zeros(b, np.int8), intensity=z.copy(), recent_losses=np.zeros(b, np.int64),
              pattern=np.zeros(b, np.int64), neg_marker=np.zeros(b, bool), pos_marker=np.zeros(b, bool),
              marker_valence=z.copy(), marker_strength=np.zeros(b, np.int32), tier=np.zeros(b, np.int64),
-             first=np.zeros(b, bool), exploit_held=np.zeros(b, bool), reflex={})
+             first=np.zeros(b, bool), exploit_held=np.zeros(b, bool), reflex={}, truth=z.copy(),
+             danger=np.zeros(b, bool))
+    s["mood"] = np.broadcast_to(np.asarray(pad if mood is None else mood, dtype=np.float64), (b, 3)).copy()
     for k, v in over.items():
         s[k] = np.broadcast_to(np.asarray(v), np.shape(s[k])).copy() if isinstance(s[k], np.ndarray) else v
     from golem import appraisal

@@ -126,7 +126,7 @@ def _unit_curator(cfg):
     m.gr, m.cfg = gr, cfg
     m.pop = Population(n=1, clade=np.zeros(1, np.int32), clade_names=("c",), asset=np.zeros(1, np.int16),
                        strategy=np.zeros(1, np.int8), baseline=np.zeros((1, 3)), budget0=np.ones(1), value0=np.ones(1))
-    m.pop.pad[:] = (0.0, 0.25, 0.0)
+    m.pop.mood[:] = (0.0, 0.25, 0.0)
     m.pop.curator_last_ms[:] = 30 * DAY
     figures = curator.curate(m, 0, now)
     return json.dumps(figures, sort_keys=True), [c.tobytes() for c in gr.cols.values()]
@@ -138,10 +138,10 @@ def _unit_reflect(cfg):
     held position and a high-severity event: what is written, pushed and emitted."""
     import minds
     from golem.heartbeat import TickOutput
-    n = 27
+    n = 72
     m = minds.mind(n=n, cfg=cfg)
     ix = np.arange(n)
-    grid = np.array([(p, a, d) for p in (-0.8, 0.0, 0.6) for a in (-0.27, 0.4, 0.8) for d in (-0.5, 0.0, 0.4)])
+    grid = np.array([(p, a, d) for p in (-0.8, -0.6, 0.0, 0.6) for a in (-0.27, 0.4, 0.8) for d in (-0.5, -0.27, -0.18, 0.0, 0.18, 0.4)])
     s = minds.sensed(m, ix, pad=grid, ret=np.linspace(-0.02, 0.02, n), tick_pnl=np.linspace(-300, 300, n), sev=3)
     obs = minds.observation(m, events=[("exploit", 3, "exploit drained-pool")])
     out = TickOutput()
@@ -150,7 +150,50 @@ def _unit_reflect(cfg):
     rows = minds.written(out)
     return ([np.asarray(rows[k]).tobytes() for k in ("golem", "kind", "salience", "confidence", "decay_class", "window_ms",
                                                      "outcome", "arousal_bias", "attribution")],
-            repr([sorted(p.items()) for p in out.pushes]), m.pop.pad.tobytes())
+            repr([sorted(p.items()) for p in out.pushes]), m.pop.pad.tobytes(), m.pop.mood.tobytes())
+
+
+def _unit_affect(cfg):
+    """Three days of heartbeats every 30 min of a tiny Mind (tests/minds.py) on a hand-made market:
+    calm, a crash on day 1 with a high-severity probe, a recovery, then a day and a half of a wild,
+    falling market (long enough to move the mood); Golems holding, trading with and against the
+    trend, of several temperaments. What each tick felt (emotion, mood, label), decided, did and wrote."""
+    import minds
+    n, step = 6, 1800
+    m = minds.mind(n=n, cfg=cfg)
+    pop = m.pop
+    pop.baseline[:] = np.array([[0.2, -0.1, 0.1], [-0.2, 0.1, -0.1], [0, 0, 0], [0.1, 0.1, 0.1], [0, 0, 0], [-0.1, 0, 0.1]])
+    pop.mood[:] = pop.baseline
+    pop.strategy[:] = [2, 2, 2, 0, 1, 2]
+    pop.units[:] = 60.0
+    pop.cash[:] = 4_000.0
+    pop.interval_s[:] = step
+    rng = np.random.default_rng(7)
+    ticks = 3 * 86_400 // step
+    lr = rng.normal(0, 0.006, ticks)
+    lr[36:40] -= 0.06                                    # the crash, day 1 06:00-08:00
+    lr[40:60] += 0.004
+    lr[76:] = rng.normal(-0.008, 0.03, ticks - 76)       # wild and falling from day 1 14:00
+    price = 100.0 * np.exp(np.cumsum(lr))
+    ix, felt = np.arange(n), []
+    for k in range(ticks):
+        crash = 36 <= k < 42
+        obs = minds.observation(m, now_ms=k * step * 1000, close=[price[k]], regime=int(k >= 36),
+                                probe=np.full(n, 3 if crash else 0),
+                                events=[("flash_crash", 3, "flash-crash cascade")] if crash else ())
+        out = m.tick(ix[pop.alive[ix]], obs)
+        hb = out.heartbeats
+        felt.append(np.concatenate([hb[c].astype(np.float64) for c in ("p", "a", "d", "mood_p", "mood_a", "mood_d",
+                                    "emotion", "label", "target_exposure", "exposure")]).tobytes())
+        for rows in out.entries:
+            felt.append(np.concatenate([np.asarray(rows[c], np.float64) for c in ("golem", "kind", "outcome", "salience")]).tobytes())
+        felt.append(repr(sorted(e["kind"] for e in out.events if isinstance(e, dict))))
+    return felt
+
+
+def _unit_load(cfg):
+    """The reflection's emotional load at hand-set moods (`_unit_reflect`) and as it comes (`_unit_affect`)."""
+    return _unit_reflect(cfg), _unit_affect(cfg)
 
 
 def _unit_markers(cfg):
@@ -228,7 +271,19 @@ _RETRIEVAL = Check(unit=_unit_retrieval)
 _CURATOR = Check(unit=_unit_curator)
 
 #: how each key (or every key of a section) is checked, where a short run is not the way
+_AFFECT = Check(unit=_unit_affect)
 CHECKS: dict[str, Check] = {
+    "appraisal": _AFFECT,
+    "appraisal.outlook_window_s": Check(unit=_unit_affect, value=86_400, why="three days lie inside any longer window"),
+    "appraisal.reference_vol": Check(value=0.004, why="the world resolves it for each asset"),
+    "appraisal.vol_window_s": Check(unit=_unit_affect, value=14_400, why="at 30 min the last 4 returns span 2 h"),
+    "appraisal.failed_transaction": Check(), "appraisal.liquidation": Check(), "appraisal.stop_breach": Check(),
+    "appraisal.exploit_held": Check(), "appraisal.stop_loss": Check(),
+    "emotion.neutral_norm": Check(unit=_unit_affect, value=0.3),
+    "decision.fear_scale": _AFFECT, "decision.danger_cooloff_s": _AFFECT,
+    "curator.calm_arousal": _CURATOR,
+    "arousal.attribution_dominance": Check(unit=_unit_reflect), "confidence.speculative": Check(unit=_unit_reflect),
+    "reflection": Check(unit=_unit_load, why="the mood (the emotional load) moves too slowly in a 10 h run"),
     "salience": _SALIENCE,
     "grimoire.ephemeral_days": _SALIENCE, "grimoire.tactical_days": _SALIENCE,
     "grimoire.regime_conditional_days": _SALIENCE,

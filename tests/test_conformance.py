@@ -143,17 +143,20 @@ def test_dominance_insight_below_minus_0_3_is_internal_and_speculative(d, writte
 
 @pytest.mark.parametrize("p, fires", [(-0.71, True), (-0.69, False)])
 def test_backcheck_below_minus_0_7_corrects_the_self_evaluation(p, fires):
-    """SPEC §5: P < -0.7 -> the self-evaluation is corrected halfway up to the ground truth
-    (tanh(k_p * pnl / value) = 0 on a flat tick): P -0.71 becomes -0.355."""
+    """SPEC §5 with §2.1: the mood's P < -0.7 -> the self-evaluation (the mood's P) is corrected
+    halfway up to the ground truth (the outcome part of the stimulus, 0 here): -0.71 becomes -0.355;
+    the emotion is left alone."""
     m = minds.mind(n=1)
-    m.pop.pad[0] = (p, 0.2, 0.0)
-    out, _ = _reflect(m, minds.sensed(m, IX, pad=(p, 0.2, 0.0)))
+    m.pop.mood[0] = (p, 0.2, 0.0)
+    m.pop.pad[0] = (0.1, 0.2, 0.0)
+    out, _ = _reflect(m, minds.sensed(m, IX, pad=(0.1, 0.2, 0.0), mood=(p, 0.2, 0.0)))
     ev = minds.events(out, "backcheck")
     assert len(ev) == int(fires)
+    assert m.pop.pad[0, 0] == 0.1
     if fires:
-        assert ev[0]["value"] == pytest.approx(p / 2) and m.pop.pad[0, 0] == pytest.approx(p / 2)
+        assert ev[0]["value"] == pytest.approx(p / 2) and m.pop.mood[0, 0] == pytest.approx(p / 2)
     else:
-        assert m.pop.pad[0, 0] == p
+        assert m.pop.mood[0, 0] == p
 
 
 # ----------------------------------------------------------------------------- §3.3 first sightings

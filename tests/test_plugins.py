@@ -104,9 +104,9 @@ def test_a_strategy_from_a_file_outside_the_package_drives_the_run(where, tmp_pa
     f = scenario(where, "my_strategies.py:constant", "my_strategies.py:by_id",
                  extra="  - {count: 1, clade: other, asset: ETH, strategy: my_strategies.py:constant, "
                        "strategy_params: {level: 0.8}, interval: 10m}\n", name="drives.yaml")   # a cohort of its own
-    res = run(f, tmp_path / "run", sets=["decision.fear_scale=0", "mortality.enabled=false"])
+    res = run(f, tmp_path / "run", sets=["decision.fear_scale=0", "mortality.enabled=false", "decision.danger_cooloff_s=0"])
     hb = table(res.run_dir, "heartbeats").filter(pl.col("state_path") != "DREAMING")
-    aimed = hb.filter(pl.col("probe") != "high")    # a high probe on a held asset exits, whatever the strategy
+    aimed = hb.filter(pl.col("probe") != "high")    # a high probe exits, whatever the strategy (no cool-off here)
     by_golem = aimed.group_by("golem_id").agg(pl.col("target_exposure").unique()).sort("golem_id")
     want = {0: [0.37], 1: [0.37], 2: [0.37], 3: [0.3], 4: [0.4], 5: [0.5], 6: [0.8]}
     assert {r["golem_id"]: sorted(r["target_exposure"]) for r in by_golem.to_dicts()} == want
@@ -267,7 +267,7 @@ def test_registered_and_module_plug_ins(where, tmp_path, monkeypatch):
     stratm.register("steady", lambda view: np.full(view.n, 0.6))
     try:
         res = run(scenario(where, "steady", "my_strategies:constant"), tmp_path / "run",
-                  sets=["decision.fear_scale=0", "mortality.enabled=false"])
+                  sets=["decision.fear_scale=0", "mortality.enabled=false", "decision.danger_cooloff_s=0"])
     finally:
         del stratm.REGISTRY["steady"]
     rec = {r["key"]: r for r in res.manifest["plugins"]["loaded"]}
