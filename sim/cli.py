@@ -24,6 +24,44 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Simulate populations of Golems whose memory is shaped by emotion.")
 err = Console(stderr=True)
 out = Console()
+QUIET_HELP = "print no progress bar, notices or summary (errors still go to stderr)"
+DEFAULT_OUT_HELP = ("run directory (default runs/<scenario>-seed<N>; when that already holds a run, "
+                    "-2, -3, ... is appended and the summary says so)")
+
+
+def _flags_without_type() -> None:
+    """typer labels on/off flags `<bool>` in --help, which reads as if they took a value (they
+    reject one): show no type for flags."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:   # pragma: no cover - older typer renders flags without a type
+        return
+    show = getattr(TyperOption, "display_type_rich", None)
+    if show is None or getattr(show, "_golem_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) and self.metavar is None else show(self, ctx)
+    display_type_rich._golem_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_type()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from sim.run import versions
+        v = versions()
+        out.print(f"golem-sim {v['golem-sim']} (python {v['python']}, numpy {v['numpy']}, numba {v['numba']}, "
+                  f"polars {v['polars']})", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                              help="print the version and exit")) -> None:
+    """Simulate populations of Golems whose memory is shaped by emotion."""
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -31,9 +69,21 @@ def fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def warn(msg: str, console: Console | None = None) -> None:
+    (console or err).print(f"[bold yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def note(msg: str, console: Console | None = None) -> None:
+    (console or err).print(f"[dim]note:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def _default_out_base(scenario: Path, seed: Optional[int]) -> Path:
+    return Path("runs") / (f"{scenario.stem}-seed{seed}" if seed is not None else scenario.stem)
+
+
 def _default_out(scenario: Path, seed: Optional[int]) -> Path:
-    stamp = f"{scenario.stem}-seed{seed}" if seed is not None else scenario.stem
-    base = Path("runs") / stamp
+    """runs/<scenario>-seed<N>, or the first free of -2, -3, ... (a run directory is never reused)."""
+    base = _default_out_base(scenario, seed)
     p, i = base, 1
     while p.exists() and any(p.iterdir()):
         i += 1
@@ -48,14 +98,16 @@ def _progress_cb(progress: Progress, task, duration_s: float):
         t = time.perf_counter()
         rate = (ticks - state["ticks"]) / max(t - state["t"], 1e-9)
         state.update(t=t, ticks=ticks)
-        progress.update(task, completed=now_s, description=f"t={now_s / 3600:7.1f} h  {rate:9,.0f} ticks/s  alive {alive}")
+        progress.update(task, completed=now_s,
+                        description=f"t={now_s / 3600:7.1f} h  {rate:9,.0f} Golem-ticks/s now  alive {alive}")
     return cb
 
 
 def summary_table(manifest: dict, world) -> Table:
     pop = world.pop
-    t = Table(title=f"{manifest['scenario']['name']} (seed {manifest['seed']})", show_lines=False)
-    for col in ("clade", "golems", "alive", "mean P", "mean A", "mean D", "value", "P&L %"):
+    t = Table(title=f"{manifest['scenario']['name']} (seed {manifest['seed']})", show_lines=False,
+              caption="final P/A/D: the Clade's mean emotion at the run's end (diff shows means over the run)")
+    for col in ("clade", "golems", "alive", "final P", "final A", "final D", "value", "P&L %"):
         t.add_column(col, justify="right")
     price = world.tape.close[-1 if world.tape.bar_ms == 0 else max(0, world.market_step)]
     for ci, name in enumerate(pop.clade_names):
@@ -70,21 +122,43 @@ def summary_table(manifest: dict, world) -> Table:
     return t
 
 
+def _scenario_warnings(sc, cfg) -> None:
+    """One line each: scheduled items after the end; Golems beating apart from the tape's bars."""
+    from sim import notices
+    late = notices.late_schedule(sc)
+    if late:
+        warn(late)
+    bar = notices.bar_mismatch(sc, cfg, notices.tape_bar_ms(sc))
+    if bar:
+        warn(bar)
+
+
+SET_HELP = "key=value: a config key (retrieval.top_k=4) or a scenario key (duration=2d); repeatable"
+CONFIG_HELP = "a config file layered over the defaults"
+
+
 @app.command()
 def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         seed: Optional[int] = typer.Option(None, help="overrides the scenario's seed"),
-        out_dir: Optional[Path] = typer.Option(None, "--out", help="run directory (default runs/<scenario>-seed<N>)"),
-        set_: list[str] = typer.Option([], "--set", help="key=value: a config key (retrieval.top_k=4) or scenario key"),
-        config: Optional[Path] = typer.Option(None, "--config", help="a config file layered over the defaults"),
+        out_dir: Optional[Path] = typer.Option(None, "--out", help=DEFAULT_OUT_HELP),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+        config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
         no_record: bool = typer.Option(False, "--no-record", help="run without writing tables (for timing)"),
-        quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
-    """Run a scenario and write its run directory."""
+        quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
+    """Run a scenario and write its run directory.
+
+    The first run on a machine compiles the numba kernels (about a minute, announced by a notice);
+    later runs load them from numba's cache."""
+    from sim.notices import compile_notice
     from sim.run import execute, prepare
     try:
-        sc, _, _, run_seed = prepare(scenario, seed=seed, sets=set_, config_file=str(config) if config else None)
+        sc, cfg, _, run_seed = prepare(scenario, seed=seed, sets=set_, config_file=str(config) if config else None)
         target = out_dir or _default_out(scenario, run_seed)
+        if not quiet:
+            _scenario_warnings(sc, cfg)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                      TimeElapsedColumn(), console=err, disable=quiet, transient=True) as progress:
+                      TimeElapsedColumn(), console=err, disable=quiet, transient=True) as progress, \
+                compile_notice(lambda m: None if quiet else note(m, progress.console)):
             task = progress.add_task("starting", total=sc.duration_s)
             res = execute(scenario, target, seed=seed, sets=set_, config_file=str(config) if config else None,
                           record=not no_record, progress=_progress_cb(progress, task, sc.duration_s))
@@ -98,21 +172,28 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     if not quiet:
         out.print(summary_table(m, res.world))
         rate = m["golem_ticks"] / max(res.wall_s, 1e-9)
-        out.print(f"{m['golem_ticks']:,} Golem-ticks in {res.wall_s:.2f} s ({rate:,.0f}/s); "
-                  f"events {res.world.stats.events:,}; deaths {int((~res.world.pop.alive).sum())}")
+        out.print(f"{m['golem_ticks']:,} Golem-ticks in {res.wall_s:.2f} s ({rate:,.0f} Golem-ticks/s on average, "
+                  f"start-up included); events {res.world.stats.events:,}; deaths {int((~res.world.pop.alive).sum())}")
         if not no_record:
-            out.print(f"run directory: {res.run_dir}")
+            taken = f" ({_default_out_base(scenario, run_seed)} already holds a run)" \
+                if out_dir is None and res.run_dir != _default_out_base(scenario, run_seed) else ""
+            out.print(f"run directory: {res.run_dir}{taken}")
 
 
 @app.command()
 def validate(scenario: Path = typer.Argument(..., help="scenario YAML"),
-             set_: list[str] = typer.Option([], "--set")) -> None:
-    """Check a scenario (and its config overrides) without running it."""
+             set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+             config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+             quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing but errors")) -> None:
+    """Check a scenario (with --config and --set layered as `run` does) without running it."""
     from sim.run import prepare
     try:
-        sc, cfg, _, seed = prepare(scenario, sets=set_)
+        sc, cfg, _, seed = prepare(scenario, sets=set_, config_file=str(config) if config else None)
     except InputError as exc:
         fail(str(exc))
+    if quiet:
+        return
+    _scenario_warnings(sc, cfg)
     n = sum(g.count for g in sc.golems)
     out.print(f"{scenario}: ok ({sc.name}: {n} Golems, {sc.duration_s / 86400:g} days, seed {seed})")
 
@@ -134,7 +215,7 @@ def report(run_dir: Path = typer.Argument(..., help="run directory"),
            out_file: Optional[Path] = typer.Option(None, "--out", help="HTML file (default RUN/report.html)"),
            threshold: float = typer.Option(0.4, help="lock-in: mood-congruence threshold"),
            min_ticks: int = typer.Option(12, help="lock-in: minimum consecutive ticks"),
-           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+           quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Write a self-contained HTML report of a run (figures embedded), optionally next to another."""
     from sim.report import render_report
     for p in [run_dir] + ([compare] if compare else []):
@@ -166,15 +247,17 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
            out_dir: Optional[Path] = typer.Option(None, "--out", help="counterfactual run directory "
                                                                       "(default RUN-cf, RUN-cf2, ...)"),
            keep: bool = typer.Option(False, "--keep", help="keep the verification replay's directory"),
-           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+           quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Verify a run (re-execute from its manifest and recorded tape) or run a counterfactual with --set."""
     from sim import replay as rp
+    from sim.notices import compile_notice
     target = None
     try:
         if set_ and verify:
             raise InputError("--verify and --set: a verification replays the run unchanged; expected one of them")
         if not set_:
-            rep = rp.verify(run_dir, keep=keep)
+            with compile_notice(lambda m: None if quiet else note(m)):
+                rep = rp.verify(run_dir, keep=keep)
             for line in rep.lines:
                 (out if rep.ok else err).print(line, highlight=False, soft_wrap=True)
             raise typer.Exit(0 if rep.ok else 1)
@@ -184,7 +267,8 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
             while target.exists() and any(target.iterdir()):
                 i += 1
                 target = Path(f"{run_dir}-cf{i}")
-        res = rp.counterfactual(run_dir, set_, target)
+        with compile_notice(lambda m: None if quiet else note(m)):
+            res = rp.counterfactual(run_dir, set_, target)
     except InputError as exc:
         fail(str(exc))
     except RunInterrupted as exc:
@@ -198,11 +282,13 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
 
 @app.command()
 def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed run directory"),
-           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+           quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Continue a run from its latest checkpoint; the tables end byte-identical to an uninterrupted run."""
     from sim.checkpoint import resume as do_resume
+    from sim.notices import compile_notice
     try:
-        res = do_resume(run_dir)
+        with compile_notice(lambda m: None if quiet else note(m)):
+            res = do_resume(run_dir)
     except InputError as exc:
         fail(str(exc))
     except RunInterrupted as exc:
@@ -210,6 +296,10 @@ def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed ru
     if not quiet:
         out.print(summary_table(res.manifest, res.world))
     out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {res.run_dir}")
+
+
+#: diff's P/A/D are means over every heartbeat of the run, not the final state the run summary shows
+DIFF_LABELS = {"mean_p": "P, mean over the run", "mean_a": "A, mean over the run", "mean_d": "D, mean over the run"}
 
 
 @app.command()
@@ -236,7 +326,7 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
         return f"{x:+.4f}"
     for row in d.iter_rows(named=True):
         k = row["metric"]
-        t.add_row(row["clade"], k, f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
+        t.add_row(row["clade"], DIFF_LABELS.get(k, k), f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
     out.print(t)
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -308,7 +398,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
           workers: Optional[int] = typer.Option(None, "--workers", help="local process pool size (default: CPUs)"),
           set_: list[str] = typer.Option([], "--set", help="key=value for every run (e.g. duration=1d)"),
           seeds: Optional[str] = typer.Option(None, "--seeds", help="replace the file's seeds: 1,2,3 or start:stop"),
-          quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+          quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Run a scenario x parameter x seed sweep: a run directory per run and a Parquet summary.
 
     Exit status: 0 all runs ok, 1 some runs failed (see the summary's error column), 2 bad input,
