@@ -334,22 +334,72 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
         out.print(f"written: {out_file}")
 
 
+#: import-tape: the Python keyword in a sim.tapes hint -> the command's own option
+_TAPE_FLAGS = {"order": "--order", "time_unit": "--time-unit", "time_format": "--time-format", "fmt": "--format",
+               "gas_unit": "--gas-unit", "records_key": "--records-key", "time_col": "--time-col"}
+_EXTRA_FLAGS = {"time_unit": "--extra-time-unit", "time_format": "--extra-time-format", "time_col": "--extra",
+                "records_key": "--records-key"}
+
+
+def _cli_hints(msg: str, extras: dict[str, str]) -> str:
+    """Rewrite sim.tapes' Python spellings (order='sort', time_unit='s'|'ms') as the flags a user of
+    import-tape types (--order sort, --time-unit s|ms); for an extra's file, its per-extra flag."""
+    import re
+    name = next((n for p, n in extras.items() if msg.startswith(f"{p}:")), None)
+
+    def sub(m):
+        key, val = m.group(1), m.group(2)
+        values = "|".join(v.strip("'") for v in val.split("|"))
+        if name is not None and key in _EXTRA_FLAGS:
+            if key == "time_col":
+                return f"--extra {name}=PATH:COLUMN@TIME_COLUMN"
+            return f"{_EXTRA_FLAGS[key]} {name}={values}"
+        return f"{_TAPE_FLAGS[key]} {values}"
+    keys = "|".join(_TAPE_FLAGS)
+    return re.sub(rf"\b({keys})=((?:'[^']*'(?:\|'[^']*')*)|\.\.\.)", sub, msg)
+
+
+def _keyed(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for it in items:
+        k, eq, v = it.partition("=")
+        if not eq or k.strip() not in ("gas", "tvl", "funding_rate") or not v:
+            raise InputError(f"{flag} {it!r}: expected NAME=VALUE with NAME one of gas, tvl, funding_rate")
+        out[k.strip()] = v
+    return out
+
+
 @app.command("import-tape")
 def import_tape_cmd(
         files: list[Path] = typer.Argument(..., help="OHLCV bar files (CSV, Parquet, JSON), concatenated in order"),
-        out_file: Path = typer.Option(..., "--out", help="tape Parquet to write"),
+        out_file: Path = typer.Option(..., "--out", help="tape Parquet to write (e.g. tapes/NAME.parquet)"),
         asset: str = typer.Option("BTC", "--asset"),
-        time_col: str = typer.Option("timestamp", "--time-col"),
+        time_col: Optional[str] = typer.Option(None, "--time-col", help="the bars' time column (default: found by "
+                                               "name, open times first; the summary says which)"),
         time_format: Optional[str] = typer.Option(None, "--time-format", help="strptime format of text times"),
         time_unit: Optional[str] = typer.Option(None, "--time-unit", help="s|ms|us|ns for epoch numbers"),
         col: list[str] = typer.Option([], "--col", help="canonical=file column, e.g. open=Open (repeatable)"),
         sep: str = typer.Option(",", "--sep"),
+        fmt: Optional[str] = typer.Option(None, "--format", help="csv|parquet|json (default: from the extension)"),
         order: str = typer.Option("strict", "--order", help="strict | sort | dedupe"),
+        records_key: Optional[str] = typer.Option(None, "--records-key", help="JSON: the key holding the records "
+                                                  "(data for pandas' table orient; a.b for deeper)"),
+        gas_unit: str = typer.Option("gwei", "--gas-unit", help="gwei | wei: the unit of the gas values (stored "
+                                     "in gwei)"),
         extra: list[str] = typer.Option([], "--extra", help="name=path:column[@time_column], name one of gas|tvl|"
-                                                            "funding_rate; times read like the bars' (joined as-of "
-                                                            "backward, repeatable)")) -> None:
-    """Import real OHLCV bars (optionally gas/TVL/funding series) as a tape for market.tape."""
+                                                            "funding_rate (joined as-of backward, repeatable)"),
+        extra_time_format: list[str] = typer.Option([], "--extra-time-format", help="NAME=FORMAT: strptime format "
+                                                    "of an extra's times, e.g. gas=%m/%d/%Y"),
+        extra_time_unit: list[str] = typer.Option([], "--extra-time-unit", help="NAME=UNIT: an extra's epoch "
+                                                  "numbers, e.g. gas=s")) -> None:
+    """Import real OHLCV bars (optionally gas/TVL/funding series) as a tape for market.tape.
+
+    An extra's times are read like the bars' (--time-format, --time-unit) unless its own
+    --extra-time-format / --extra-time-unit say otherwise."""
+    from sim.notices import human_span
     from sim.tapes import ExtraSeries, TapeError, detect_events, import_tape, write_tape
+    notes: list[str] = []
+    extra_paths: dict[str, str] = {}
     try:
         columns = {}
         for c in col:
@@ -357,6 +407,8 @@ def import_tape_cmd(
                 raise InputError(f"--col {c!r}: expected canonical=column, e.g. open=Open")
             k, v = c.split("=", 1)
             columns[k.strip()] = v.strip()
+        formats = _keyed(extra_time_format, "--extra-time-format")
+        units = _keyed(extra_time_unit, "--extra-time-unit")
         extras = []
         for e in extra:
             name, _, rest = e.partition("=")
@@ -367,22 +419,34 @@ def import_tape_cmd(
                                  "funding_rate=funding.csv:funding_rate")
             if name not in ("gas", "tvl", "funding_rate"):
                 raise InputError(f"--extra {e!r}: name {name!r}; expected gas, tvl or funding_rate")
-            extras.append(ExtraSeries(path=path, column=column, name=name, time_col=tcol or time_col,
-                                      time_format=time_format, time_unit=time_unit, sep=sep))
+            extra_paths[path] = name
+            own = name in formats or name in units
+            extras.append(ExtraSeries(path=path, column=column, name=name, time_col=tcol or None,
+                                      time_format=formats.get(name, None if own else time_format),
+                                      time_unit=units.get(name, None if own else time_unit), sep=sep,
+                                      records_key=records_key))
+        for k in set(formats) | set(units):
+            if k not in extra_paths.values():
+                raise InputError(f"--extra-time-{'format' if k in formats else 'unit'} {k}=...: no --extra {k}=...; "
+                                 "expected the name of a given extra series")
         df = import_tape(files, asset=asset, time_col=time_col, time_format=time_format, time_unit=time_unit,
-                         columns=columns, sep=sep, order=order, extras=extras)
+                         columns=columns, sep=sep, order=order, extras=extras, fmt=fmt, gas_unit=gas_unit,
+                         records_key=records_key, notes=notes)
         write_tape(df, out_file)
         n_events = detect_events(df).height
-    except (InputError, TapeError) as exc:
+    except InputError as exc:
         fail(str(exc))
+    except TapeError as exc:
+        fail(_cli_hints(str(exc), extra_paths))
     from datetime import datetime, timezone
 
     def iso(ms):
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-    bar_h = int(df["bar_ms"][0]) / 3_600_000
+    for n in notes:
+        note(_cli_hints(n, extra_paths))
     present = [c for c in ("gas", "tvl", "funding_rate") if df[c].null_count() < df.height]
-    msg = (f"{out_file}: {df.height:,} bars of {asset} ({bar_h:g} h), {iso(df['time_ms'][0])} .. "
-           f"{iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
+    msg = (f"{out_file}: {df.height:,} bars of {asset} ({human_span(int(df['bar_ms'][0]) / 1000)} bars), "
+           f"{iso(df['time_ms'][0])} .. {iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
            f"{n_events:,} events detected with the default thresholds")
     out.print(msg, highlight=False, soft_wrap=True)
 

@@ -75,7 +75,7 @@ def test_import_tape_cli(synth, tmp_path):
     assert code == 0, out
     g = read_tape(tmp_path / "g.parquet")
     assert g["gas"].to_list()[:7] == [40.0] * 6 + [41.0]
-    for args, expect in ((["--order", "bogus"], "order='bogus'"),
+    for args, expect in ((["--order", "bogus"], "--order bogus"),
                          (["--extra", "gas=nofile.csv"], "expected name=path:column"),
                          (["--extra", "fees=x.csv:y"], "expected gas, tvl or funding_rate"),
                          (["--col", "open"], "expected canonical=column")):
