@@ -83,8 +83,8 @@ def test_import_tape_cli(synth, tmp_path):
                         "--out", tmp_path / "bad.parquet")
         assert code == 2, out
         assert expect in out and "Traceback" not in out
-    code, out = cli("import-tape", d / "eth.csv", "--out", tmp_path / "bad.parquet")   # no 'timestamp' column
-    assert code == 2 and "timestamp" in out and "Traceback" not in out
+    code, out = cli("import-tape", d / "eth.csv", "--out", tmp_path / "bad.parquet")   # 'Date' found, epoch seconds
+    assert code == 2 and "'Date'" in out and "--time-unit s" in out and "Traceback" not in out
 
 
 def test_clock_reads_only_closed_bars(synth, tmp_path):
