@@ -458,7 +458,12 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
           dask_local: Optional[int] = typer.Option(None, "--dask-local", help="run on a local Dask cluster of N "
                                                                               "one-thread worker processes"),
           scheduler: Optional[str] = typer.Option(None, "--scheduler", help="submit to a running Dask scheduler "
-                                                                            "(tcp://host:port)"),
+                                                  "(tls://host:port with the --tls options; tcp:// on loopback)"),
+          tls_ca_file: Optional[str] = typer.Option(None, "--tls-ca-file", help="TLS: the CA certificate(s) (PEM)"),
+          tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="TLS: this client's certificate (PEM)"),
+          tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: this client's private key (PEM)"),
+          worker_timeout: float = typer.Option(60.0, "--worker-timeout", help="seconds to wait for a Dask worker "
+                                               "(at the start, or when all are gone) before giving up"),
           workers: Optional[int] = typer.Option(None, "--workers", help="local process pool size (default: CPUs)"),
           set_: list[str] = typer.Option([], "--set", help="key=value for every run (e.g. duration=1d)"),
           seeds: Optional[str] = typer.Option(None, "--seeds", help="replace the file's seeds: 1,2,3 or start:stop"),
@@ -470,7 +475,11 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
 
     from sim import sweep as sw
     try:
-        ex = sw.make_executor(workers=workers, dask_local=dask_local, scheduler=scheduler)
+        ex = sw.make_executor(workers=workers, dask_local=dask_local, scheduler=scheduler,
+                              tls=(tls_ca_file, tls_cert, tls_key), worker_timeout=worker_timeout)
+        address_warning = sw.address_warning(scheduler)
+        if address_warning:
+            warn(address_warning)
         with sw.RichProgress(err, disable=quiet) as progress:
             res = sw.run_sweep(sweep_file, out_dir, executor=ex, sets=set_,
                                seeds=sw.parse_seeds(seeds) if seeds else None, on_progress=progress)
