@@ -20,7 +20,8 @@ from sim import sweep as sw
 ROOT = Path(__file__).resolve().parents[1]
 DASK = Path(sys.executable).parent / "dask"
 CALM = ROOT / "scenarios" / "calm.yaml"
-ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", COLUMNS="300")
+#: workers and the sweep import this tree, whatever their working directory
+ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS="1", COLUMNS="300", PYTHONPATH=str(ROOT))
 
 
 def sweep_file(d: Path, seeds: str, duration: str, name: str) -> Path:

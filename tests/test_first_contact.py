@@ -22,7 +22,7 @@ golems:
 
 
 def golem(*args, cwd=None, env=None, timeout=300):
-    e = dict(os.environ, COLUMNS="200", **(env or {}))
+    e = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT), **(env or {}))   # this tree, from any cwd
     return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=e, timeout=timeout)
 
@@ -128,7 +128,7 @@ def test_first_run_says_it_compiles_and_a_cached_run_does_not(tmp_path):
     from sim.notices import COMPILE_NOTICE
     (tmp_path / "s.yaml").write_text(TINY)
     # an empty numba cache: the notice comes as soon as the first kernel compiles (then stop the run)
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cold"), COLUMNS="300")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cold"), COLUMNS="300", PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", "s.yaml", "--no-record"], cwd=tmp_path,
                             env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:

@@ -20,7 +20,7 @@ MIN10 = 600_000
 
 
 def golem(*args, cwd=None):
-    env = dict(os.environ, COLUMNS="400")
+    env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=env, timeout=300)
 

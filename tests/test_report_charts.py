@@ -146,7 +146,7 @@ def tape_run(tmp_path_factory) -> Path:
                   "low": np.minimum(opn, close) * 0.999, "close": close}).write_csv(d / "bars.csv")
     write_tape(import_tape([d / "bars.csv"], time_unit="ms"), d / "t.parquet")
     text = (f"name: rt\nduration: 2d\nseed: 2\nmarket: {{tape: {{path: {d / 't.parquet'}}}}}\n"
-            "golems:\n  - {count: 3, clade: btc, asset: tape, interval: bar}\n")
+            "golems:\n  - {count: 3, clade: btc, asset: BTC, interval: 1h}\n")
     return _run(tmp_path_factory, text, "rt")
 
 
