@@ -109,6 +109,10 @@ def test_late_events_warn_and_the_readme_example_reaches_the_crash():
     durations = re.findall(r"flash_crash\.yaml[^\n]*--set duration=(\S+)", README)
     assert durations
     assert all(parse_duration(d) > last for d in durations), durations
+    # ... and no README command shortens any scenario past one of its scheduled events
+    from sim.notices import late_schedule
+    for name, d in re.findall(r"golem-sim (?:run|validate) scenarios/(\w+)\.yaml[^\n]*--set duration=(\S+)", README):
+        assert late_schedule(load_scenario(ROOT / "scenarios" / f"{name}.yaml", {"duration": d})) is None, name
 
 
 def _wait_for(proc, needle: str, limit_s: float) -> str:
