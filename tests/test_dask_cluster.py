@@ -37,16 +37,21 @@ class Cluster:
         self.d, self.procs, self.tls = d, [], tls or []
         self.file = d / "scheduler.json"
         proto = ["--protocol", "tls"] if tls else []
-        self.scheduler = self._start([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                      "--scheduler-file", str(self.file), *proto, *self.tls], "scheduler")
-        t_end = time.monotonic() + 60
-        while not self.file.exists() and time.monotonic() < t_end:
-            time.sleep(0.2)
-        assert self.file.exists(), self.log("scheduler")
-        self.address = json.loads(self.file.read_text())["address"]
-        self.workers = [self.add_worker(f"w{i}") for i in range(workers)]
-        if workers:
-            self.wait_workers(workers)
+        try:
+            self.scheduler = self._start([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                          "--no-dashboard", "--scheduler-file", str(self.file), *proto, *self.tls],
+                                         "scheduler")
+            t_end = time.monotonic() + 60
+            while not self.file.exists() and time.monotonic() < t_end:
+                time.sleep(0.2)
+            assert self.file.exists(), self.log("scheduler")
+            self.address = json.loads(self.file.read_text())["address"]
+            self.workers = [self.add_worker(f"w{i}") for i in range(workers)]
+            if workers:
+                self.wait_workers(workers)
+        except BaseException:
+            self.close()   # never leave a process of ours behind
+            raise
 
     def _start(self, cmd, name):
         log = open(self.d / f"{name}.log", "w")
@@ -129,6 +134,31 @@ def test_no_worker_is_a_clear_error_after_the_timeout(tmp_path):
     assert waited < 60
 
 
+def test_losing_every_worker_mid_sweep_fails_the_rest_after_the_timeout(tmp_path):
+    c, proc = Cluster(tmp_path, workers=1), None
+    try:
+        f = sweep_file(tmp_path, "[1, 2]", "4d", "orphaned")
+        out = tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "sweep", str(f), "--scheduler", c.address,
+                                 "--worker-timeout", "3", "--out", str(out), "-q"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+        t_end = time.monotonic() + 120
+        while time.monotonic() < t_end and proc.poll() is None and not any(
+                json.loads(p.read_text() or "{}").get("status") == "running" for p in out.glob("runs/**/manifest.json")):
+            time.sleep(0.1)
+        os.killpg(c.workers[0].pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        c.close()
+    assert proc.returncode == 1, stderr                 # runs failed, the sweep itself ended
+    s = sw.read_summary(out).collect()
+    assert s.height == 2 and s["status"].to_list() == ["failed", "failed"]
+    assert s["error"].to_list() == ["no Dask worker for 3 s"] * 2
+
+
 def openssl_cert(d: Path) -> tuple[str, str, str]:
     """A self-signed certificate for 127.0.0.1 that is also its own CA."""
     key, cert = d / "key.pem", d / "cert.pem"
@@ -203,6 +233,7 @@ def test_a_worker_killed_mid_sweep_has_its_runs_redone(cluster, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
     assert proc.returncode == 0, stderr
     s = sw.read_summary(out).collect()
     assert s.height == 3 and s["run_dir"].n_unique() == 3 and set(s["seed"]) == {1, 2, 3}
