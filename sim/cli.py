@@ -24,6 +24,44 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Simulate populations of Golems whose memory is shaped by emotion.")
 err = Console(stderr=True)
 out = Console()
+QUIET_HELP = "print no progress bar, notices or summary (errors still go to stderr)"
+DEFAULT_OUT_HELP = ("run directory (default runs/<scenario>-seed<N>; when that already holds a run, "
+                    "-2, -3, ... is appended and the summary says so)")
+
+
+def _flags_without_type() -> None:
+    """typer labels on/off flags `<bool>` in --help, which reads as if they took a value (they
+    reject one): show no type for flags."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:   # pragma: no cover - older typer renders flags without a type
+        return
+    show = getattr(TyperOption, "display_type_rich", None)
+    if show is None or getattr(show, "_golem_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) and self.metavar is None else show(self, ctx)
+    display_type_rich._golem_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_type()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from sim.run import versions
+        v = versions()
+        out.print(f"golem-sim {v['golem-sim']} (python {v['python']}, numpy {v['numpy']}, numba {v['numba']}, "
+                  f"polars {v['polars']})", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                              help="print the version and exit")) -> None:
+    """Simulate populations of Golems whose memory is shaped by emotion."""
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -31,9 +69,21 @@ def fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def warn(msg: str, console: Console | None = None) -> None:
+    (console or err).print(f"[bold yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def note(msg: str, console: Console | None = None) -> None:
+    (console or err).print(f"[dim]note:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def _default_out_base(scenario: Path, seed: Optional[int]) -> Path:
+    return Path("runs") / (f"{scenario.stem}-seed{seed}" if seed is not None else scenario.stem)
+
+
 def _default_out(scenario: Path, seed: Optional[int]) -> Path:
-    stamp = f"{scenario.stem}-seed{seed}" if seed is not None else scenario.stem
-    base = Path("runs") / stamp
+    """runs/<scenario>-seed<N>, or the first free of -2, -3, ... (a run directory is never reused)."""
+    base = _default_out_base(scenario, seed)
     p, i = base, 1
     while p.exists() and any(p.iterdir()):
         i += 1
@@ -48,14 +98,16 @@ def _progress_cb(progress: Progress, task, duration_s: float):
         t = time.perf_counter()
         rate = (ticks - state["ticks"]) / max(t - state["t"], 1e-9)
         state.update(t=t, ticks=ticks)
-        progress.update(task, completed=now_s, description=f"t={now_s / 3600:7.1f} h  {rate:9,.0f} ticks/s  alive {alive}")
+        progress.update(task, completed=now_s,
+                        description=f"t={now_s / 3600:7.1f} h  {rate:9,.0f} Golem-ticks/s now  alive {alive}")
     return cb
 
 
 def summary_table(manifest: dict, world) -> Table:
     pop = world.pop
-    t = Table(title=f"{manifest['scenario']['name']} (seed {manifest['seed']})", show_lines=False)
-    for col in ("clade", "golems", "alive", "mean P", "mean A", "mean D", "value", "P&L %"):
+    t = Table(title=f"{manifest['scenario']['name']} (seed {manifest['seed']})", show_lines=False,
+              caption="final P/A/D: the Clade's mean emotion at the run's end (diff shows means over the run)")
+    for col in ("clade", "golems", "alive", "final P", "final A", "final D", "value", "P&L %"):
         t.add_column(col, justify="right")
     price = world.tape.close[-1 if world.tape.bar_ms == 0 else max(0, world.market_step)]
     for ci, name in enumerate(pop.clade_names):
@@ -70,21 +122,43 @@ def summary_table(manifest: dict, world) -> Table:
     return t
 
 
+def _scenario_warnings(sc, cfg) -> None:
+    """One line each: scheduled items after the end; Golems beating apart from the tape's bars."""
+    from sim import notices
+    late = notices.late_schedule(sc)
+    if late:
+        warn(late)
+    bar = notices.bar_mismatch(sc, cfg, notices.tape_bar_ms(sc))
+    if bar:
+        warn(bar)
+
+
+SET_HELP = "key=value: a config key (retrieval.top_k=4) or a scenario key (duration=2d); repeatable"
+CONFIG_HELP = "a config file layered over the defaults"
+
+
 @app.command()
 def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         seed: Optional[int] = typer.Option(None, help="overrides the scenario's seed"),
-        out_dir: Optional[Path] = typer.Option(None, "--out", help="run directory (default runs/<scenario>-seed<N>)"),
-        set_: list[str] = typer.Option([], "--set", help="key=value: a config key (retrieval.top_k=4) or scenario key"),
-        config: Optional[Path] = typer.Option(None, "--config", help="a config file layered over the defaults"),
+        out_dir: Optional[Path] = typer.Option(None, "--out", help=DEFAULT_OUT_HELP),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+        config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
         no_record: bool = typer.Option(False, "--no-record", help="run without writing tables (for timing)"),
-        quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
-    """Run a scenario and write its run directory."""
+        quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
+    """Run a scenario and write its run directory.
+
+    The first run on a machine compiles the numba kernels (about a minute, announced by a notice);
+    later runs load them from numba's cache."""
+    from sim.notices import compile_notice
     from sim.run import execute, prepare
     try:
-        sc, _, _, run_seed = prepare(scenario, seed=seed, sets=set_, config_file=str(config) if config else None)
+        sc, cfg, _, run_seed = prepare(scenario, seed=seed, sets=set_, config_file=str(config) if config else None)
         target = out_dir or _default_out(scenario, run_seed)
+        if not quiet:
+            _scenario_warnings(sc, cfg)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                      TimeElapsedColumn(), console=err, disable=quiet, transient=True) as progress:
+                      TimeElapsedColumn(), console=err, disable=quiet, transient=True) as progress, \
+                compile_notice(lambda m: None if quiet else note(m, progress.console)):
             task = progress.add_task("starting", total=sc.duration_s)
             res = execute(scenario, target, seed=seed, sets=set_, config_file=str(config) if config else None,
                           record=not no_record, progress=_progress_cb(progress, task, sc.duration_s))
@@ -98,21 +172,28 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     if not quiet:
         out.print(summary_table(m, res.world))
         rate = m["golem_ticks"] / max(res.wall_s, 1e-9)
-        out.print(f"{m['golem_ticks']:,} Golem-ticks in {res.wall_s:.2f} s ({rate:,.0f}/s); "
-                  f"events {res.world.stats.events:,}; deaths {int((~res.world.pop.alive).sum())}")
+        out.print(f"{m['golem_ticks']:,} Golem-ticks in {res.wall_s:.2f} s ({rate:,.0f} Golem-ticks/s on average, "
+                  f"start-up included); events {res.world.stats.events:,}; deaths {int((~res.world.pop.alive).sum())}")
         if not no_record:
-            out.print(f"run directory: {res.run_dir}")
+            taken = f" ({_default_out_base(scenario, run_seed)} already holds a run)" \
+                if out_dir is None and res.run_dir != _default_out_base(scenario, run_seed) else ""
+            out.print(f"run directory: {res.run_dir}{taken}")
 
 
 @app.command()
 def validate(scenario: Path = typer.Argument(..., help="scenario YAML"),
-             set_: list[str] = typer.Option([], "--set")) -> None:
-    """Check a scenario (and its config overrides) without running it."""
+             set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+             config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+             quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing but errors")) -> None:
+    """Check a scenario (with --config and --set layered as `run` does) without running it."""
     from sim.run import prepare
     try:
-        sc, cfg, _, seed = prepare(scenario, sets=set_)
+        sc, cfg, _, seed = prepare(scenario, sets=set_, config_file=str(config) if config else None)
     except InputError as exc:
         fail(str(exc))
+    if quiet:
+        return
+    _scenario_warnings(sc, cfg)
     n = sum(g.count for g in sc.golems)
     out.print(f"{scenario}: ok ({sc.name}: {n} Golems, {sc.duration_s / 86400:g} days, seed {seed})")
 
@@ -134,7 +215,7 @@ def report(run_dir: Path = typer.Argument(..., help="run directory"),
            out_file: Optional[Path] = typer.Option(None, "--out", help="HTML file (default RUN/report.html)"),
            threshold: float = typer.Option(0.4, help="lock-in: mood-congruence threshold"),
            min_ticks: int = typer.Option(12, help="lock-in: minimum consecutive ticks"),
-           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+           quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Write a self-contained HTML report of a run (figures embedded), optionally next to another."""
     from sim.report import render_report
     for p in [run_dir] + ([compare] if compare else []):
@@ -166,15 +247,17 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
            out_dir: Optional[Path] = typer.Option(None, "--out", help="counterfactual run directory "
                                                                       "(default RUN-cf, RUN-cf2, ...)"),
            keep: bool = typer.Option(False, "--keep", help="keep the verification replay's directory"),
-           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+           quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Verify a run (re-execute from its manifest and recorded tape) or run a counterfactual with --set."""
     from sim import replay as rp
+    from sim.notices import compile_notice
     target = None
     try:
         if set_ and verify:
             raise InputError("--verify and --set: a verification replays the run unchanged; expected one of them")
         if not set_:
-            rep = rp.verify(run_dir, keep=keep)
+            with compile_notice(lambda m: None if quiet else note(m)):
+                rep = rp.verify(run_dir, keep=keep)
             for line in rep.lines:
                 (out if rep.ok else err).print(line, highlight=False, soft_wrap=True)
             raise typer.Exit(0 if rep.ok else 1)
@@ -184,7 +267,8 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
             while target.exists() and any(target.iterdir()):
                 i += 1
                 target = Path(f"{run_dir}-cf{i}")
-        res = rp.counterfactual(run_dir, set_, target)
+        with compile_notice(lambda m: None if quiet else note(m)):
+            res = rp.counterfactual(run_dir, set_, target)
     except InputError as exc:
         fail(str(exc))
     except RunInterrupted as exc:
@@ -198,11 +282,13 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
 
 @app.command()
 def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed run directory"),
-           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+           quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Continue a run from its latest checkpoint; the tables end byte-identical to an uninterrupted run."""
     from sim.checkpoint import resume as do_resume
+    from sim.notices import compile_notice
     try:
-        res = do_resume(run_dir)
+        with compile_notice(lambda m: None if quiet else note(m)):
+            res = do_resume(run_dir)
     except InputError as exc:
         fail(str(exc))
     except RunInterrupted as exc:
@@ -210,6 +296,10 @@ def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed ru
     if not quiet:
         out.print(summary_table(res.manifest, res.world))
     out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {res.run_dir}")
+
+
+#: diff's P/A/D are means over every heartbeat of the run, not the final state the run summary shows
+DIFF_LABELS = {"mean_p": "P, mean over the run", "mean_a": "A, mean over the run", "mean_d": "D, mean over the run"}
 
 
 @app.command()
@@ -236,7 +326,7 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
         return f"{x:+.4f}"
     for row in d.iter_rows(named=True):
         k = row["metric"]
-        t.add_row(row["clade"], k, f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
+        t.add_row(row["clade"], DIFF_LABELS.get(k, k), f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
     out.print(t)
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -244,22 +334,72 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
         out.print(f"written: {out_file}")
 
 
+#: import-tape: the Python keyword in a sim.tapes hint -> the command's own option
+_TAPE_FLAGS = {"order": "--order", "time_unit": "--time-unit", "time_format": "--time-format", "fmt": "--format",
+               "gas_unit": "--gas-unit", "records_key": "--records-key", "time_col": "--time-col"}
+_EXTRA_FLAGS = {"time_unit": "--extra-time-unit", "time_format": "--extra-time-format", "time_col": "--extra",
+                "records_key": "--records-key"}
+
+
+def _cli_hints(msg: str, extras: dict[str, str]) -> str:
+    """Rewrite sim.tapes' Python spellings (order='sort', time_unit='s'|'ms') as the flags a user of
+    import-tape types (--order sort, --time-unit s|ms); for an extra's file, its per-extra flag."""
+    import re
+    name = next((n for p, n in extras.items() if msg.startswith(f"{p}:")), None)
+
+    def sub(m):
+        key, val = m.group(1), m.group(2)
+        values = "|".join(v.strip("'") for v in val.split("|"))
+        if name is not None and key in _EXTRA_FLAGS:
+            if key == "time_col":
+                return f"--extra {name}=PATH:COLUMN@TIME_COLUMN"
+            return f"{_EXTRA_FLAGS[key]} {name}={values}"
+        return f"{_TAPE_FLAGS[key]} {values}"
+    keys = "|".join(_TAPE_FLAGS)
+    return re.sub(rf"\b({keys})=((?:'[^']*'(?:\|'[^']*')*)|\.\.\.)", sub, msg)
+
+
+def _keyed(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for it in items:
+        k, eq, v = it.partition("=")
+        if not eq or k.strip() not in ("gas", "tvl", "funding_rate") or not v:
+            raise InputError(f"{flag} {it!r}: expected NAME=VALUE with NAME one of gas, tvl, funding_rate")
+        out[k.strip()] = v
+    return out
+
+
 @app.command("import-tape")
 def import_tape_cmd(
         files: list[Path] = typer.Argument(..., help="OHLCV bar files (CSV, Parquet, JSON), concatenated in order"),
-        out_file: Path = typer.Option(..., "--out", help="tape Parquet to write"),
+        out_file: Path = typer.Option(..., "--out", help="tape Parquet to write (e.g. tapes/NAME.parquet)"),
         asset: str = typer.Option("BTC", "--asset"),
-        time_col: str = typer.Option("timestamp", "--time-col"),
+        time_col: Optional[str] = typer.Option(None, "--time-col", help="the bars' time column (default: found by "
+                                               "name, open times first; the summary says which)"),
         time_format: Optional[str] = typer.Option(None, "--time-format", help="strptime format of text times"),
         time_unit: Optional[str] = typer.Option(None, "--time-unit", help="s|ms|us|ns for epoch numbers"),
         col: list[str] = typer.Option([], "--col", help="canonical=file column, e.g. open=Open (repeatable)"),
         sep: str = typer.Option(",", "--sep"),
+        fmt: Optional[str] = typer.Option(None, "--format", help="csv|parquet|json (default: from the extension)"),
         order: str = typer.Option("strict", "--order", help="strict | sort | dedupe"),
+        records_key: Optional[str] = typer.Option(None, "--records-key", help="JSON: the key holding the records "
+                                                  "(data for pandas' table orient; a.b for deeper)"),
+        gas_unit: str = typer.Option("gwei", "--gas-unit", help="gwei | wei: the unit of the gas values (stored "
+                                     "in gwei)"),
         extra: list[str] = typer.Option([], "--extra", help="name=path:column[@time_column], name one of gas|tvl|"
-                                                            "funding_rate; times read like the bars' (joined as-of "
-                                                            "backward, repeatable)")) -> None:
-    """Import real OHLCV bars (optionally gas/TVL/funding series) as a tape for market.tape."""
+                                                            "funding_rate (joined as-of backward, repeatable)"),
+        extra_time_format: list[str] = typer.Option([], "--extra-time-format", help="NAME=FORMAT: strptime format "
+                                                    "of an extra's times, e.g. gas=%m/%d/%Y"),
+        extra_time_unit: list[str] = typer.Option([], "--extra-time-unit", help="NAME=UNIT: an extra's epoch "
+                                                  "numbers, e.g. gas=s")) -> None:
+    """Import real OHLCV bars (optionally gas/TVL/funding series) as a tape for market.tape.
+
+    An extra's times are read like the bars' (--time-format, --time-unit) unless its own
+    --extra-time-format / --extra-time-unit say otherwise."""
+    from sim.notices import human_span
     from sim.tapes import ExtraSeries, TapeError, detect_events, import_tape, write_tape
+    notes: list[str] = []
+    extra_paths: dict[str, str] = {}
     try:
         columns = {}
         for c in col:
@@ -267,6 +407,8 @@ def import_tape_cmd(
                 raise InputError(f"--col {c!r}: expected canonical=column, e.g. open=Open")
             k, v = c.split("=", 1)
             columns[k.strip()] = v.strip()
+        formats = _keyed(extra_time_format, "--extra-time-format")
+        units = _keyed(extra_time_unit, "--extra-time-unit")
         extras = []
         for e in extra:
             name, _, rest = e.partition("=")
@@ -277,22 +419,34 @@ def import_tape_cmd(
                                  "funding_rate=funding.csv:funding_rate")
             if name not in ("gas", "tvl", "funding_rate"):
                 raise InputError(f"--extra {e!r}: name {name!r}; expected gas, tvl or funding_rate")
-            extras.append(ExtraSeries(path=path, column=column, name=name, time_col=tcol or time_col,
-                                      time_format=time_format, time_unit=time_unit, sep=sep))
+            extra_paths[path] = name
+            own = name in formats or name in units
+            extras.append(ExtraSeries(path=path, column=column, name=name, time_col=tcol or None,
+                                      time_format=formats.get(name, None if own else time_format),
+                                      time_unit=units.get(name, None if own else time_unit), sep=sep,
+                                      records_key=records_key))
+        for k in set(formats) | set(units):
+            if k not in extra_paths.values():
+                raise InputError(f"--extra-time-{'format' if k in formats else 'unit'} {k}=...: no --extra {k}=...; "
+                                 "expected the name of a given extra series")
         df = import_tape(files, asset=asset, time_col=time_col, time_format=time_format, time_unit=time_unit,
-                         columns=columns, sep=sep, order=order, extras=extras)
+                         columns=columns, sep=sep, order=order, extras=extras, fmt=fmt, gas_unit=gas_unit,
+                         records_key=records_key, notes=notes)
         write_tape(df, out_file)
         n_events = detect_events(df).height
-    except (InputError, TapeError) as exc:
+    except InputError as exc:
         fail(str(exc))
+    except TapeError as exc:
+        fail(_cli_hints(str(exc), extra_paths))
     from datetime import datetime, timezone
 
     def iso(ms):
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-    bar_h = int(df["bar_ms"][0]) / 3_600_000
+    for n in notes:
+        note(_cli_hints(n, extra_paths))
     present = [c for c in ("gas", "tvl", "funding_rate") if df[c].null_count() < df.height]
-    msg = (f"{out_file}: {df.height:,} bars of {asset} ({bar_h:g} h), {iso(df['time_ms'][0])} .. "
-           f"{iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
+    msg = (f"{out_file}: {df.height:,} bars of {asset} ({human_span(int(df['bar_ms'][0]) / 1000)} bars), "
+           f"{iso(df['time_ms'][0])} .. {iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
            f"{n_events:,} events detected with the default thresholds")
     out.print(msg, highlight=False, soft_wrap=True)
 
@@ -304,11 +458,16 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
           dask_local: Optional[int] = typer.Option(None, "--dask-local", help="run on a local Dask cluster of N "
                                                                               "one-thread worker processes"),
           scheduler: Optional[str] = typer.Option(None, "--scheduler", help="submit to a running Dask scheduler "
-                                                                            "(tcp://host:port)"),
+                                                  "(tls://host:port with the --tls options; tcp:// on loopback)"),
+          tls_ca_file: Optional[str] = typer.Option(None, "--tls-ca-file", help="TLS: the CA certificate(s) (PEM)"),
+          tls_cert: Optional[str] = typer.Option(None, "--tls-cert", help="TLS: this client's certificate (PEM)"),
+          tls_key: Optional[str] = typer.Option(None, "--tls-key", help="TLS: this client's private key (PEM)"),
+          worker_timeout: float = typer.Option(60.0, "--worker-timeout", help="seconds to wait for a Dask worker "
+                                               "(at the start, or when all are gone) before giving up"),
           workers: Optional[int] = typer.Option(None, "--workers", help="local process pool size (default: CPUs)"),
           set_: list[str] = typer.Option([], "--set", help="key=value for every run (e.g. duration=1d)"),
           seeds: Optional[str] = typer.Option(None, "--seeds", help="replace the file's seeds: 1,2,3 or start:stop"),
-          quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+          quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Run a scenario x parameter x seed sweep: a run directory per run and a Parquet summary.
 
     Exit status: 0 all runs ok, 1 some runs failed (see the summary's error column), 2 bad input,
@@ -316,7 +475,11 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
 
     from sim import sweep as sw
     try:
-        ex = sw.make_executor(workers=workers, dask_local=dask_local, scheduler=scheduler)
+        ex = sw.make_executor(workers=workers, dask_local=dask_local, scheduler=scheduler,
+                              tls=(tls_ca_file, tls_cert, tls_key), worker_timeout=worker_timeout)
+        address_warning = sw.address_warning(scheduler)
+        if address_warning:
+            warn(address_warning)
         with sw.RichProgress(err, disable=quiet) as progress:
             res = sw.run_sweep(sweep_file, out_dir, executor=ex, sets=set_,
                                seeds=sw.parse_seeds(seeds) if seeds else None, on_progress=progress)

@@ -101,7 +101,7 @@ def _check_fits(scenario: Scenario, tape, parent_duration_s: float, where: str) 
         raise InputError(f"--set duration: {scenario.duration_s:g} s is longer than the recorded tape of {where} "
                          f"({parent_duration_s:g} s); expected at most the parent's duration")
     for i, g in enumerate(scenario.golems):
-        if g.asset is not None and g.asset not in tape.assets:
+        if g.asset is not None and g.asset not in tape.assets and not (g.asset == "tape" and len(tape.assets) == 1):
             raise InputError(f"--set golems.{i}.asset: {g.asset!r} is not on the recorded tape; expected one of "
                              f"{list(tape.assets)}")
 

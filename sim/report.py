@@ -67,8 +67,60 @@ def png_data_uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+class Figures:
+    """Figures held until the page is assembled, so that a compare report can give run A's and run
+    B's version of each chart the same y-axes before they are drawn (`share_y`)."""
+
+    def __init__(self):
+        self.figs: list[tuple[object, str]] = []
+        self.keys: list[tuple[str, int]] = []   # (section, n-th figure of that section) per figure
+        self.section = ""
+
+    def add(self, fig, alt: str) -> str:
+        self.keys.append((self.section, sum(k[0] == self.section for k in self.keys)))
+        self.figs.append((fig, alt))
+        return f"\x00fig{len(self.figs) - 1}\x00"
+
+    def render(self, text: str) -> str:
+        """Replace each figure's placeholder by its <img> (each figure is drawn once, then closed)."""
+        import re
+        if not hasattr(self, "_html"):
+            self._html = [f'<img alt="{html.escape(alt)}" src="{png_data_uri(fig)}">' for fig, alt in self.figs]
+        return re.sub("\x00fig([0-9]+)\x00", lambda m: self._html[int(m.group(1))], text)
+
+
+_FIGURES: list[Figures] = []
+
+
 def img(fig, alt: str) -> str:
+    if _FIGURES:
+        return _FIGURES[-1].add(fig, alt)
     return f'<img alt="{html.escape(alt)}" src="{png_data_uri(fig)}">'
+
+
+def _y_axes(fig) -> list:
+    """A figure's axes that carry data on y (twins included, hidden ones left out), in order."""
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def share_y(a: Figures, b: Figures) -> None:
+    """Give each chart of run A and its counterpart in run B the union of their y-ranges, axis by
+    axis, where the two charts have the same layout (same number of axes)."""
+    other = dict(zip(b.keys, b.figs))
+    for key, (fa, _) in zip(a.keys, a.figs):
+        if key not in other:
+            continue   # the chart exists in one run only ("none recorded" in the other)
+        fb = other[key][0]
+        xa, xb = _y_axes(fa), _y_axes(fb)
+        if len(xa) != len(xb):
+            continue
+        for p, q in zip(xa, xb):
+            if p.name != "rectilinear" or q.name != "rectilinear":
+                continue
+            (a0, a1), (b0, b1) = p.get_ylim(), q.get_ylim()
+            lo, hi = min(a0, b0), max(a1, b1)
+            p.set_ylim(lo, hi)
+            q.set_ylim(lo, hi)
 
 
 def none(text: str = "none recorded") -> str:
@@ -97,7 +149,8 @@ def table_html(df: pl.DataFrame, fmt: dict[str, str] | None = None, left: Sequen
 
 
 class Clock:
-    """Simulated time -> plot axis: hours (short runs) or days since the run's first bar."""
+    """Simulated time -> plot axis: hours (short runs) or days since the run's first bar; on a
+    recorded tape (a real market), calendar dates in UTC."""
 
     def __init__(self, run: Path):
         t = A.market(run).select(pl.col("sim_ms").min().alias("a"), pl.col("sim_ms").max().alias("b")).collect()
@@ -106,10 +159,41 @@ class Clock:
                                                      pl.col("time_ms").max().alias("b")).collect()
         self.t0 = int(t["a"][0] or 0)
         span = (int(t["b"][0] or 0) - self.t0) / 3.6e6
-        self.unit_ms, self.label = (8.64e7, "days") if span > 48 else (3.6e6, "hours")
+        tape = A.manifest(run).get("tape") or {}
+        #: epoch ms of simulated time 0 on a real tape (a file, or a run replayed from one), else None
+        self.epoch0 = int(tape["t0_ms"]) if tape.get("source", "generator") != "generator" and "t0_ms" in tape \
+            else None
+        if self.epoch0 is not None:
+            self.unit_ms, self.label = 8.64e7, "date (UTC)"
+        else:
+            self.unit_ms, self.label = (8.64e7, "days") if span > 48 else (3.6e6, "hours")
+
+    @property
+    def calendar(self) -> bool:
+        return self.epoch0 is not None
 
     def __call__(self, ms) -> np.ndarray:
-        return (np.asarray(ms, dtype=np.float64) - self.t0) / self.unit_ms
+        ms = np.asarray(ms, dtype=np.float64)
+        if self.calendar:   # matplotlib date numbers: days since its epoch (1970-01-01)
+            import matplotlib.dates as mdates
+            return (ms + self.epoch0) / self.unit_ms + mdates.date2num(np.datetime64("1970-01-01"))
+        return (ms - self.t0) / self.unit_ms
+
+    def axis(self, ax) -> None:
+        """Label the time axis (and, on a calendar, tick it with dates)."""
+        if self.calendar:
+            import matplotlib.dates as mdates
+            loc = mdates.AutoDateLocator()
+            ax.xaxis.set_major_locator(loc)
+            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc))
+
+    def text(self, ms) -> list[str]:
+        """Times as table text: calendar date-times on a real tape, else the axis' unit."""
+        if self.calendar:
+            from datetime import datetime, timezone
+            return [datetime.fromtimestamp((m + self.epoch0) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+                    for m in ms]
+        return [f"{v:.2f}" for v in self(ms)]
 
 
 def _golem_subset(life: pl.DataFrame, cap: int) -> list[int]:
@@ -150,6 +234,7 @@ def section_price(run: Path, ck: Clock) -> str:
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[r]) for r in regimes]
     axes[0, 0].figure.legend(handles, regimes, loc="upper right", ncol=len(regimes), fontsize=8, frameon=False)
     axes[-1, 0].set_xlabel(ck.label)
+    ck.axis(axes[-1, 0])
     return img(fig, "price with regime bands and flashbulbs")
 
 
@@ -170,6 +255,7 @@ def section_pad(run: Path, ck: Clock, names: dict[int, str]) -> str:
         ax.set_ylabel(title)
     axes[0].legend(fontsize=8, frameon=False, ncol=4, loc="upper left")
     axes[-1].set_xlabel(ck.label + " (median and inter-quartile band per Clade, hourly)")
+    ck.axis(axes[-1])
     return img(fig, "PAD trajectories per Clade")
 
 
@@ -186,6 +272,7 @@ def section_emotions(run: Path, ck: Clock) -> str:
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of Golems")
     ax.set_xlabel(ck.label)
+    ck.axis(ax)
     ax.legend(fontsize=7, ncol=len(order), loc="upper center", bbox_to_anchor=(0.5, -0.25), frameon=False)
     return img(fig, "emotions over time")
 
@@ -211,12 +298,13 @@ def section_bias(run: Path, ck: Clock, threshold: float, min_ticks: int) -> str:
     locked = _lock_in_count(ep, b["bucket_ms"].to_numpy())
     fig, axes = plt.subplots(2, 1, figsize=(10, 4.8), sharex=True)
     for ax, m, title in zip(axes, ("mood_congruence", "valence_bias"), ("mood congruence", "retrieval valence bias")):
-        tw = ax.twinx()
-        tw.fill_between(x, 0, locked / max(ng, 1), step="post", color="#ff8c00", alpha=0.18, lw=0)
-        tw.set_ylim(0, 1)
-        tw.set_ylabel("share locked in", color="#c06a00", fontsize=8)
-        ax.set_zorder(tw.get_zorder() + 1)
-        ax.patch.set_visible(False)
+        if ep.height:   # the lock-in share gets its own axis only when there is something to show
+            tw = ax.twinx()
+            tw.fill_between(x, 0, locked / max(ng, 1), step="post", color="#ff8c00", alpha=0.18, lw=0)
+            tw.set_ylim(0, 1)
+            tw.set_ylabel("share locked in", color="#c06a00", fontsize=8)
+            ax.set_zorder(tw.get_zorder() + 1)
+            ax.patch.set_visible(False)
         ax.fill_between(x, b[f"{m}_q25"].to_numpy(), b[f"{m}_q75"].to_numpy(), color="#4a78c2", alpha=0.25, lw=0)
         ax.plot(x, b[f"{m}_median"].to_numpy(), color="#1f3f7a", lw=1.2, label="median")
         ax.plot(x, b[f"{m}_mean"].to_numpy(), color="#1f3f7a", lw=0.8, ls="--", label="mean")
@@ -224,7 +312,12 @@ def section_bias(run: Path, ck: Clock, threshold: float, min_ticks: int) -> str:
         ax.set_ylabel(title)
     axes[0].axhline(threshold, color="#c06a00", lw=0.8, ls=":", label=f"lock-in threshold {threshold:g}")
     axes[0].legend(fontsize=8, frameon=False, loc="upper left", ncol=3)
-    axes[-1].set_xlabel(ck.label + f" (orange: share of Golems in a lock-in episode, ≥ {min_ticks} ticks)")
+    if ep.height:
+        axes[-1].set_xlabel(ck.label + f" (orange: share of Golems in a lock-in episode, ≥ {min_ticks} ticks)")
+    else:
+        axes[-1].set_xlabel(ck.label + f" (no lock-in episode: mood congruence never above {threshold:g} "
+                                       f"for {min_ticks} ticks)")
+    ck.axis(axes[-1])
     return img(fig, "mood congruence and valence bias with lock-in")
 
 
@@ -235,6 +328,7 @@ def section_activity(run: Path, ck: Clock) -> str:
         return none("; ".join(f"{k}: none recorded" for k in A.ACTIVITY_KINDS))
     fig, axes = plt.subplots(len(A.ACTIVITY_KINDS), 1, figsize=(10, 4.2), sharex=True)
     end = ck(A.scan_runs(run, "heartbeats").select(pl.col("time_ms").max()).collect().item() or ck.t0)
+    start = float(ck(ck.t0))
     for ax, k in zip(axes, A.ACTIVITY_KINDS):
         e = ev.filter(pl.col("kind") == k)
         if e.height:
@@ -243,9 +337,10 @@ def section_activity(run: Path, ck: Clock) -> str:
         else:
             ax.text(0.5, 0.5, "none recorded", transform=ax.transAxes, ha="center", va="center", color="#8a93a3")
             ax.set_yticks([])
-        ax.set_xlim(0, max(float(end), 1e-9))
+        ax.set_xlim(start, max(float(end), start + 1e-9))
         ax.set_ylabel(k, rotation=0, ha="right", va="center")
     axes[-1].set_xlabel(ck.label + " (events per 6 h)")
+    ck.axis(axes[-1])
     note = ", ".join(f"{k}: {n if n else 'none recorded'}" for k, n in totals.items())
     return img(fig, "curator, contrarian, dream and reflex events") + f'<div class="note">{html.escape(note)}</div>'
 
@@ -258,16 +353,18 @@ def _latency_group(distinct: int) -> pl.Expr:
     return pl.when(lat <= lat.median()).then(pl.lit("short latency")).otherwise(pl.lit("long latency"))
 
 
+def _step_response(w: pl.DataFrame, grid_ms: np.ndarray) -> np.ndarray:
+    """Mean receiver arousal at each time after the push: a_before until the delivery (push +
+    latency), a_after from then on, averaged over the deliveries."""
+    lat = w["latency_ms"].to_numpy()[:, None].astype(np.float64)
+    before, after = w["a_before"].to_numpy()[:, None], w["a_after"].to_numpy()[:, None]
+    return np.where(grid_ms[None, :] >= lat, after, before).mean(axis=0)
+
+
 def section_contagion(run: Path, ck: Clock) -> str:
     w = A.contagion_waves(run).collect()
     if w.is_empty():
         return none()
-    resp = (A.contagion_response(run, before="1h", after="6h", alert_type=None)
-            .unique(subset=["receiver", "time_ms", "hb_ms"])
-            .with_columns((pl.col("rel_ms") // 600_000 * 10).alias("rel_min"),
-                          _latency_group(w["latency_ms"].n_unique()).alias("lat"))
-            .group_by("clade_distance", "lat", "rel_min").agg(pl.col("a").mean(), pl.len().alias("n"))
-            .sort("rel_min").collect())
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.4), gridspec_kw={"width_ratios": [1.4, 1]})
     sig_col = {"THREAT": "#d9413a", "OPPORTUNITY": "#3ddc84", "WISDOM": "#4a78c2"}
     for sig, g in w.group_by("signal", maintain_order=True):
@@ -275,13 +372,18 @@ def section_contagion(run: Path, ck: Clock) -> str:
                    label=f"{sig[0]} ({g.height})")
     a1.axhline(0, color="#999", lw=0.6)
     a1.set_xlabel(ck.label)
+    ck.axis(a1)
     a1.set_ylabel("receiver arousal shift at delivery")
     a1.legend(fontsize=8, frameon=False)
-    for (dist, lat), g in resp.group_by("clade_distance", "lat", maintain_order=True):
-        a2.plot(g["rel_min"].to_numpy() / 60, g["a"].to_numpy(), lw=1.2,
-                label=f"{'same' if dist == 0 else 'other'} clade, {lat}")
+    # the wave on its own time scale: seconds from the push (deliveries arrive after the latency)
+    span_ms = max(float(w["latency_ms"].max()), 1000.0) * 2.5
+    grid = np.linspace(-0.2 * span_ms, span_ms, 241)
+    w = w.with_columns(_latency_group(w["latency_ms"].n_unique()).alias("lat"))
+    for (dist, lat), g in w.group_by("clade_distance", "lat", maintain_order=True):
+        a2.plot(grid / 1000, _step_response(g, grid), lw=1.2, drawstyle="steps-post",
+                label=f"{'same' if dist == 0 else 'other'} clade, {lat} ({g.height})")
     a2.axvline(0, color="#999", lw=0.6)
-    a2.set_xlabel("hours from delivery")
+    a2.set_xlabel("seconds from the push")
     a2.set_ylabel("receivers' mean arousal")
     a2.legend(fontsize=8, frameon=False)
     pushes = w.select(pl.struct("sender", "sender_entry").n_unique()).item()
@@ -290,25 +392,30 @@ def section_contagion(run: Path, ck: Clock) -> str:
     return img(fig, "contagion wave") + f'<div class="note">{html.escape(note)}</div>'
 
 
-def section_deaths(run: Path, ck: Clock, life: pl.DataFrame) -> str:
+def section_deaths(run: Path, ck: Clock, life: pl.DataFrame, names: dict[int, str]) -> str:
     dead = life.filter(~pl.col("alive"))
     vit = (A.scan_runs(run, "heartbeats").with_columns((pl.col("time_ms") // 3_600_000 * 3_600_000).alias("b"))
-           .group_by("clade_id", "b").agg(pl.col("vitality").median()).sort("b").collect())
+           .group_by("clade_id", "b").agg(pl.col("vitality").median()).sort("clade_id", "b").collect())
     fig, ax = plt.subplots(figsize=(10, 2.4))
     for ci, g in vit.group_by("clade_id", maintain_order=True):
-        ax.plot(ck(g["b"]), g["vitality"].to_numpy(), color=CLADE_COLOURS[ci[0] % len(CLADE_COLOURS)], lw=1.1)
+        ax.plot(ck(g["b"]), g["vitality"].to_numpy(), color=CLADE_COLOURS[ci[0] % len(CLADE_COLOURS)], lw=1.1,
+                label=f"{names.get(ci[0], f'clade {ci[0]}')}: median vitality")
     if dead.height:
         ax.scatter(ck(dead["died_ms"]), dead["final_vitality"].to_numpy(), marker="x", color="#000", s=40,
-                   zorder=5, label="death")
-        ax.legend(fontsize=8, frameon=False)
+                   zorder=5, label=f"death ({dead.height})")
+    ax.legend(fontsize=8, frameon=False, loc="lower left", ncol=4)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("median vitality")
     ax.set_xlabel(ck.label)
+    ck.axis(ax)
     out = img(fig, "vitality and deaths")
     if dead.height:
-        t = dead.select("golem_id", "clade_id", pl.col("died_ms").map_batches(
-            lambda s: pl.Series(ck(s), dtype=pl.Float64)).alias(f"died ({ck.label})"), "cause", "final_value", "pnl_pct")
-        return out + table_html(t, {"final_value": ",.0f", "pnl_pct": "+.1%", f"died ({ck.label})": ".2f"}, ["cause"])
+        col = f"died ({ck.label})"
+        t = dead.select("golem_id", pl.col("clade_id").replace_strict(names, default=None, return_dtype=pl.String)
+                        .fill_null(pl.col("clade_id").cast(pl.String)).alias("clade"),
+                        pl.Series(col, ck.text(dead["died_ms"].to_numpy()), dtype=pl.String),
+                        "cause", "final_value", "pnl_pct")
+        return out + table_html(t, {"final_value": ",.0f", "pnl_pct": "+.1%"}, ["clade", col, "cause"])
     return out + none("no Golem died")
 
 
@@ -319,7 +426,7 @@ def section_lives(life: pl.DataFrame, names: dict[int, str]) -> str:
     return table_html(t, {"final_value": ",.0f", "pnl_pct": "+.1%"}, ["clade", "dominant_emotion", "cause"])
 
 
-def section_grimoire(run: Path, golems: list[int]) -> str:
+def section_grimoire(run: Path, golems: list[int], names: dict[int, str] | None = None) -> str:
     gm = A.grimoire_map(run, golems).collect()
     if gm.is_empty():
         return none("no entries")
@@ -330,10 +437,13 @@ def section_grimoire(run: Path, golems: list[int]) -> str:
     cols = min(4, n)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 3.0 * rows + 0.4), squeeze=False, facecolor="#0b0f1a")
+    names = names or {}
     for ax in axes.flat:
         ax.set_facecolor("#0b0f1a")
         ax.set_xticks([])
         ax.set_yticks([])
+        ax.set_xlabel("pleasure of the tag  →", color="#8a93a3", fontsize=8)
+        ax.set_ylabel("arousal  →", color="#8a93a3", fontsize=8)
         for s in ax.spines.values():
             s.set_color("#2a3142")
     for ax, g in zip(axes.flat, golems):
@@ -351,13 +461,16 @@ def section_grimoire(run: Path, golems: list[int]) -> str:
         ax.axvline(0, color="#2a3142", lw=0.5)
         ax.set_xlim(*xl)
         ax.set_ylim(*yl)
-        ax.set_title(f"Golem {g} · clade {int(e['clade_id'][0]) if e.height else '?'} · {e.height} entries",
-                     color="#c9d1e0", fontsize=9)
+        clade = names.get(int(e["clade_id"][0]), f"clade {int(e['clade_id'][0])}") if e.height else "?"
+        ax.set_title(f"Golem {g} · {clade} · {e.height} entries", color="#c9d1e0", fontsize=9)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in LABEL_COLOURS.items()]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False, labelcolor="#c9d1e0",
-               bbox_to_anchor=(0.5, -0.04))
+    handles += [plt.Line2D([], [], marker="o", ls="", color="#c9d1e0", alpha=0.25, markersize=10,
+                           label="glow size = salience"),
+                plt.Line2D([], [], marker="o", ls="", color="#ffffff", markersize=4, label="core size = heat")]
+    fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=8, frameon=False, labelcolor="#c9d1e0",
+               bbox_to_anchor=(0.5, -0.06))
     note = (f"x = pleasure of the entry's tag ({xl[0]:+.2f} to {xl[1]:+.2f}), y = arousal ({yl[0]:+.2f} to "
             f"{yl[1]:+.2f}); untagged entries sit at the origin. Glow size = salience, colour = [S] label, "
             "bright core = heat (log-scaled access count).")
@@ -397,31 +510,81 @@ def build_html(run: str | Path, compare: str | Path | None = None, threshold: fl
     for r in runs:
         A.run_dirs(r)  # raises a clear error for a missing run
     per: list[dict[str, str]] = []
+    figures: list[Figures] = []
     for r in runs:
-        ck, names = Clock(r), A.clade_names(r)
-        life = A.life_summaries(r).collect()
-        golems = _golem_subset(life, max_golems)
-        s: dict[str, str] = {}
-        builders: list[tuple[str, Callable[[], str]]] = [
-            ("Price, regimes and flashbulbs", lambda: section_price(r, ck)),
-            ("PAD per Clade", lambda: section_pad(r, ck, names)),
-            ("Emotions", lambda: section_emotions(r, ck)),
-            ("Mood congruence and retrieval valence bias", lambda: section_bias(r, ck, threshold, min_ticks)),
-            ("Curator, contrarian, dream and reflex", lambda: section_activity(r, ck)),
-            ("Contagion wave", lambda: section_contagion(r, ck)),
-            ("Deaths", lambda: section_deaths(r, ck, life)),
-            ("Golems", lambda: section_lives(life, names)),
-            ("Grimoire map", lambda: f'<div class="note">{len(golems)} of {life.height} Golems</div>'
-                                     + section_grimoire(r, golems)),
-        ]
-        for title, build in builders:
-            s[title] = build()
-        per.append(s)
+        figures.append(Figures())
+        _FIGURES.append(figures[-1])
+        try:
+            per.append(_sections(r, threshold, min_ticks, max_golems))
+        finally:
+            _FIGURES.pop()
+    if len(runs) == 2:
+        share_y(*figures)
+    per = [{k: f.render(v) for k, v in s.items()} for s, f in zip(per, figures)]
+    return _page(runs, per, threshold, min_ticks)
+
+
+def _sections(r: Path, threshold: float, min_ticks: int, max_golems: int) -> dict[str, str]:
+    ck, names = Clock(r), A.clade_names(r)
+    life = A.life_summaries(r).collect()
+    golems = _golem_subset(life, max_golems)
+    s: dict[str, str] = {}
+    builders: list[tuple[str, Callable[[], str]]] = [
+        ("Price, regimes and flashbulbs", lambda: section_price(r, ck)),
+        ("PAD per Clade", lambda: section_pad(r, ck, names)),
+        ("Emotions", lambda: section_emotions(r, ck)),
+        ("Mood congruence and retrieval valence bias", lambda: section_bias(r, ck, threshold, min_ticks)),
+        ("Curator, contrarian, dream and reflex", lambda: section_activity(r, ck)),
+        ("Contagion wave", lambda: section_contagion(r, ck)),
+        ("Deaths", lambda: section_deaths(r, ck, life, names)),
+        ("Golems", lambda: section_lives(life, names)),
+        ("Grimoire map", lambda: f'<div class="note">{len(golems)} of {life.height} Golems</div>'
+                                 + section_grimoire(r, golems, names)),
+    ]
+    for title, build in builders:
+        if _FIGURES:
+            _FIGURES[-1].section = title
+        s[title] = build()
+    return s
+
+
+def _short(v) -> str:
+    text = v if isinstance(v, str) else __import__("json").dumps(v, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def what_changed(a: Path, b: Path) -> str:
+    """What run B changed against run A, in words: a counterfactual's --set list (and its parent),
+    else the differences of seed, scenario keys and resolved config keys between the manifests."""
+    ma, mb = A.manifest(a), A.manifest(b)
+    parent = (mb.get("parent") or {}).get("path") if isinstance(mb.get("parent"), dict) else None
+    bits = []
+    if mb.get("changes"):
+        src = f"a counterfactual of {Path(parent).name}" if parent else "a counterfactual"
+        bits.append(f"{src} on the same tape, changing {', '.join(mb['changes'])}")
+    else:
+        if ma.get("seed") != mb.get("seed"):
+            bits.append(f"seed {ma.get('seed')} → {mb.get('seed')}")
+        sa, sb = ma.get("scenario") or {}, mb.get("scenario") or {}
+        for k in sorted(set(sa) | set(sb)):
+            if k != "description" and sa.get(k) != sb.get(k):
+                bits.append(f"{k}: {_short(sa.get(k))} → {_short(sb.get(k))}")
+        ca, cb = ma.get("config") or {}, mb.get("config") or {}
+        for k in sorted(set(ca) | set(cb)):
+            if ca.get(k) != cb.get(k):
+                bits.append(f"{k}: {_short(ca.get(k))} → {_short(cb.get(k))}")
+    return "; ".join(bits) if bits else "no difference in seed, scenario or config (same inputs)"
+
+
+def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_ticks: int) -> str:
     cls = "c2" if len(runs) == 2 else "c1"
     title = "golem-sim report: " + " vs ".join(r.name for r in runs)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{CSS}</style></head><body>", f"<h1>{html.escape(title)}</h1>"]
     parts += [_header(r) for r in runs]
+    if len(runs) == 2:
+        parts.append(f'<div class="sub"><b>{html.escape(runs[1].name)}</b> vs <b>{html.escape(runs[0].name)}</b>: '
+                     f"{html.escape(what_changed(runs[0], runs[1]))}. Charts side by side share their y-axes.</div>")
     parts += ["<h2>Summary</h2>", summary(runs, threshold, min_ticks),
               f'<div class="note">lock-in: mood congruence &gt; {threshold:g} for ≥ {min_ticks} consecutive ticks; '
               "mood congruence = served minus pool mean emotional factor (0 = no mood bias).</div>"]

@@ -50,6 +50,21 @@ def _check_duration(v):
 Duration = Annotated[Union[int, float, str], AfterValidator(_check_duration)]
 OptDuration = Annotated[Union[int, float, str, None], AfterValidator(_check_duration)]
 
+#: `golems[].interval: bar` ticks once per bar of the market (a recorded tape's bar length)
+BAR = "bar"
+#: `golems[].asset: tape` is the recorded tape's only asset
+TAPE_ASSET = "tape"
+
+
+def _check_interval(v):
+    if v != BAR:
+        _check_duration(v)
+    return v
+
+
+#: a heartbeat cadence: a duration, or "bar"
+Interval = Annotated[Union[int, float, str, None], AfterValidator(_check_interval)]
+
 
 class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -223,7 +238,7 @@ def _hook(v):
 class GolemGroup(_M):
     count: int = Field(ge=1)
     clade: str = "clade-0"
-    asset: str | None = None            # default: the first asset
+    asset: str | None = None            # default: the first asset; "tape": the recorded tape's only asset
     temperament: tuple[float, float, float] = (0.0, 0.0, 0.0)
     strategy: PluginSpec = Field("momentum", description="momentum, mean_reversion, hodl, another registered "
                                  "name, package.module:function or path/to/file.py:function (docs/api.md)")
@@ -233,7 +248,7 @@ class GolemGroup(_M):
     budget: float = Field(1000.0, gt=0)  # inference/gas budget (USD)
     capital: float = Field(10_000.0, gt=0)
     exposure: float = Field(0.5, ge=0, le=1)  # initial exposure
-    interval: OptDuration = None        # heartbeat cadence; default heartbeat.interval_s
+    interval: Interval = None           # heartbeat cadence, or "bar" (once per bar); default heartbeat.interval_s
     start: Duration = 0                      # first heartbeat
     prefill: int = Field(0, ge=0)       # memories written before the run (imports: untagged)
     spread: float = Field(0.15, ge=0, le=1)  # individual differences: temperament, trend scale, memory weight, risk
@@ -281,6 +296,9 @@ class Scenario(_M):
     def _assets(self):
         names = [a.name for a in self.market.assets]
         for g in self.golems:
+            if g.asset == TAPE_ASSET and self.market.tape is None:
+                raise ValueError("golem asset 'tape' means the recorded tape's only asset; expected market.tape "
+                                 f"to be set, or one of the assets {names}")
             if g.asset is not None and g.asset not in names and self.market.tape is None:
                 raise ValueError(f"golem asset {g.asset!r} is not one of the assets {names}")
         return self

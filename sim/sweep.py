@@ -272,7 +272,7 @@ def plan_sweep(path: str | Path, out_dir: str | Path, *, sets: Iterable[str] = (
                 s = base.seed if seed is None else seed
                 tasks.append({"scenario": stem, "scenario_path": str(scen_path), "params": list(combo),
                               "combo": key, "overrides": overrides, "sets": run_sets, "seed": s,
-                              "run_dir": str(out / "runs" / stem / key / f"seed={s}"),
+                              "run_dir": str(out.resolve() / "runs" / stem / key / f"seed={s}"),   # absolute: for workers
                               "rel": f"runs/{stem}/{key}/seed={s}", "environ": environ, "cost": cost})
     return Plan(path, out, spec, tasks, param_keys, environ)
 
@@ -344,6 +344,9 @@ def run_task(task: dict) -> dict:
         return {"status": "cancelled", "error": "cancelled before it started"}
     run_dir = Path(task["run_dir"])
     t0 = time.perf_counter()
+    # a task may be a retry: Dask reruns the tasks of a worker that died, whose half-written
+    # directory would otherwise make this attempt fail ("not empty"); a run is always redone whole
+    shutil.rmtree(run_dir, ignore_errors=True)
     try:
         from sim.run import execute
         res = execute(task["scenario_path"], run_dir, seed=task["seed"], sets=task["sets"],
@@ -475,28 +478,83 @@ def _import_distributed():
     return dd
 
 
+def address_warning(address: str | None) -> str | None:
+    """The one warning for a scheduler address that is neither loopback nor TLS: Dask moves pickles,
+    so whoever can reach (or impersonate) a plain-TCP scheduler can run code in the sweep client."""
+    if not address:
+        return None
+    import ipaddress
+    from urllib.parse import urlsplit
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme == "tls":
+        return None
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"   # names are not resolved here: only 'localhost' counts
+    if loopback:
+        return None
+    return (f"--scheduler {address}: neither loopback nor TLS; Dask moves pickles, so a scheduler or worker "
+            "you do not trust (or anyone on the path) can run code in this process: use tls:// with "
+            "--tls-ca-file/--tls-cert/--tls-key (docs/sweeps.md)")
+
+
 class DaskExecutor:
     """A Dask cluster: a LocalCluster of `n_local` one-thread worker processes, or a running one at
     `address` (its workers must share the sweep directory's filesystem, and should be started
-    with --nthreads 1 and the WORKER_ENV variables)."""
+    with --nthreads 1 and the WORKER_ENV variables). `tls` = (ca_file, cert, key) for a tls://
+    scheduler. `worker_timeout` (s): how long to wait for a first worker, and how long the sweep
+    waits without any worker before its remaining runs are failed."""
 
-    def __init__(self, n_local: int | None = None, address: str | None = None):
+    def __init__(self, n_local: int | None = None, address: str | None = None,
+                 tls: tuple[str | None, str | None, str | None] | None = None, worker_timeout: float = 60.0):
         self.dd = _import_distributed()
         if n_local is not None and n_local < 1:
             raise InputError(f"--dask-local {n_local}: expected at least 1 worker")
-        self.n_local, self.address = n_local, address
+        if worker_timeout <= 0:
+            raise InputError(f"--worker-timeout {worker_timeout:g}: expected a positive number of seconds")
+        self.n_local, self.address, self.worker_timeout = n_local, address, float(worker_timeout)
+        self.tls = tls if tls and any(tls) else None
+        if self.tls is not None:
+            for flag, f in zip(("--tls-ca-file", "--tls-cert", "--tls-key"), self.tls):
+                if f is None:
+                    raise InputError(f"{flag}: missing; expected all three of --tls-ca-file, --tls-cert and "
+                                     "--tls-key for a tls:// scheduler")
+                if not Path(f).is_file():
+                    raise InputError(f"{flag} {f}: file not found")
+            if not (address or "").startswith("tls://"):
+                raise InputError(f"--scheduler {address}: TLS certificates given; expected a tls:// address")
         self.cluster = self.client = None
 
     def describe(self) -> str:
         return f"Dask scheduler {self.address}" if self.address else f"Dask LocalCluster ({self.n_local} workers)"
 
+    def security(self):
+        if self.tls is None:
+            return None
+        from distributed.security import Security
+        ca, cert, key = self.tls
+        return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
+
     def start(self, n_tasks: int) -> None:
         dd = self.dd
         if self.address:
             try:
-                self.client = dd.Client(self.address, timeout="10s")
-            except (OSError, TimeoutError, ValueError) as exc:
-                raise InputError(f"--scheduler {self.address}: cannot connect ({' '.join(str(exc).split())})") from None
+                self.client = dd.Client(self.address, timeout="10s", security=self.security())
+            except (OSError, TimeoutError, ValueError, TypeError) as exc:
+                hint = "" if self.tls or not self.address.startswith("tls://") else \
+                    "; a tls:// scheduler needs --tls-ca-file, --tls-cert and --tls-key"
+                raise InputError(f"--scheduler {self.address}: cannot connect ({' '.join(str(exc).split())}){hint}") \
+                    from None
+            try:
+                self.client.wait_for_workers(1, timeout=self.worker_timeout)
+            except (TimeoutError, OSError) as exc:
+                self.client.close()
+                self.client = None
+                raise InputError(f"--scheduler {self.address}: no worker joined within {self.worker_timeout:g} s; "
+                                 f"expected running workers (dask worker {self.address} --nthreads 1), or a longer "
+                                 "--worker-timeout") from exc
         else:
             self.cluster = dd.LocalCluster(n_workers=self.n_local, threads_per_worker=1, processes=True,
                                            dashboard_address=None, silence_logs=logging.ERROR)
@@ -506,7 +564,29 @@ class DaskExecutor:
         return self.client.submit(run_task, task, pure=False)
 
     def as_completed(self, fs):
-        return self.dd.as_completed(fs)
+        """Futures as they finish. Dask reruns the tasks of a worker that died on the others; when
+        no worker at all is left for `worker_timeout`, the remaining futures are cancelled (their
+        result() raises) and yielded, so the sweep records them as failed instead of waiting forever."""
+        from distributed import wait
+        pending, idle_since = set(fs), None
+        while pending:
+            try:
+                done, pending = wait(list(pending), timeout=2.0, return_when="FIRST_COMPLETED")
+            except TimeoutError:   # distributed.wait raises on its timeout: nothing finished yet
+                done = set()
+            yield from done
+            if not pending:
+                return
+            workers = len(self.client.scheduler_info().get("workers", {}))
+            if workers:
+                idle_since = None
+                continue
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= self.worker_timeout:
+                self.client.cancel(list(pending))
+                self.lost = f"no Dask worker for {self.worker_timeout:g} s"
+                yield from pending
+                return
 
     def interrupt(self, fs) -> list:
         """Dask cannot stop a running task: drop pending ones and let the cluster go (a LocalCluster's
@@ -527,12 +607,15 @@ class DaskExecutor:
             self.cluster.close()
 
 
-def make_executor(workers: int | None = None, dask_local: int | None = None, scheduler: str | None = None):
+def make_executor(workers: int | None = None, dask_local: int | None = None, scheduler: str | None = None,
+                  tls: tuple[str | None, str | None, str | None] | None = None, worker_timeout: float = 60.0):
     """The command line's choice: --scheduler ADDR, --dask-local N, or the local pool (--workers N)."""
     if dask_local is not None and scheduler:
         raise InputError("--dask-local and --scheduler: expected one of them")
+    if tls and any(tls) and not scheduler:
+        raise InputError("--tls-ca-file/--tls-cert/--tls-key: expected --scheduler tls://HOST:PORT with them")
     if dask_local is not None or scheduler:
-        return DaskExecutor(n_local=dask_local, address=scheduler)
+        return DaskExecutor(n_local=dask_local, address=scheduler, tls=tls, worker_timeout=worker_timeout)
     return LocalPool(workers)
 
 
@@ -642,7 +725,8 @@ def run_sweep(path: str | Path, out_dir: str | Path | None = None, *, executor=N
                 try:
                     res = f.result()
                 except BaseException as exc:   # noqa: BLE001 - a lost worker is a failed run
-                    res = {"status": "interrupted" if result.interrupted else "failed", "error": one_line(exc)}
+                    why = getattr(ex, "lost", None) or one_line(exc)
+                    res = {"status": "interrupted" if result.interrupted else "failed", "error": why}
                 if res["status"] == "interrupted" and not result.interrupted:   # a signal to the worker alone
                     res = {**res, "status": "failed"}
                 if res["status"] in ("ok", "failed"):
@@ -803,4 +887,5 @@ class RichProgress:
 
 __all__ = ["SweepSpec", "load_sweep", "plan_sweep", "run_sweep", "read_summary", "ok_runs", "write_summary",
            "summary_frame", "summary_table", "run_task", "run_figures", "LocalPool", "DaskExecutor", "make_executor",
-           "SweepResult", "SweepInterrupted", "RichProgress", "parse_seeds", "DASK_MISSING", "WORKER_ENV"]
+           "SweepResult", "SweepInterrupted", "RichProgress", "parse_seeds", "DASK_MISSING", "WORKER_ENV",
+           "address_warning"]

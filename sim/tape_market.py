@@ -26,7 +26,7 @@ import polars as pl
 
 from sim.market import SEVERITIES, MarketEvent, Tape
 from sim.recorder import read_table
-from sim.scenario import InputError, Scenario, parse_duration
+from sim.scenario import TAPE_ASSET, InputError, Scenario, parse_duration
 
 #: regimes a real tape is cut into (same names as the generator's defaults, so scenarios and
 #: analyses read the same words for both)
@@ -140,8 +140,11 @@ def tape_from_file(scenario: Scenario, cfg=None) -> Tape:
         if t_a.size != time_ms.size or not np.array_equal(t_a, time_ms):
             raise TapeError(f"{where}: asset {a!r} has other bar times than {assets[0]!r}; expected every asset "
                             "on the same bars (import each asset over the same period)")
-    for g in scenario.golems:
-        if g.asset is not None and g.asset not in assets:
+    for i, g in enumerate(scenario.golems):
+        if g.asset == TAPE_ASSET and len(assets) != 1:
+            raise InputError(f"{where}: golems.{i}.asset: 'tape' means the tape's only asset, but the tape holds "
+                             f"{len(assets)} ({', '.join(assets)}); expected one of them by name")
+        if g.asset is not None and g.asset != TAPE_ASSET and g.asset not in assets:
             raise InputError(f"{where}: golems asset {g.asset!r} is not in the tape (assets {list(assets)}); "
                              "expected one of the tape's assets")
 

@@ -100,6 +100,16 @@ _ISO_HINT = (
     "an ISO-like date-time such as '2017-08-17 04:00:00' or '2019-09-10T08:00:00.000Z' "
     "(or pass time_format=..., or time_unit='s'|'ms'|'us'|'ns' for epoch numbers)"
 )
+#: gas is kept in gwei; a file in wei is scaled on import (gas_unit='wei')
+GAS_UNITS = {"gwei": 1.0, "wei": 1e-9}
+#: above this a gas price in gwei is not plausible (Ethereum's daily mean never passed ~1,000 gwei;
+#: wei values are ~1e9 times larger): the range check that catches a file in the wrong unit
+GAS_MAX_GWEI = 100_000.0
+# time-column names tried, in order, when none is given (compared without case, spaces, '_', '()')
+_OPEN_TIME_NAMES = ("opentime", "timeopen", "opentimestamp", "barstart", "periodstart", "start")
+_CLOSE_TIME_NAMES = ("closetime", "timeclose", "closetimestamp", "barend", "periodend", "end")
+_TIME_NAMES = ("timestamp", *_OPEN_TIME_NAMES, "time", "datetime", "date", "dateutc", "unixtimestamp", "unix", "ts",
+               *_CLOSE_TIME_NAMES)
 _VOL_SPIKE_MULT = 4.0
 _HIGH_VOLUME_MULT = 3.0
 
@@ -123,10 +133,11 @@ class ExtraSeries:
     path: str | Path
     column: str
     name: str
-    time_col: str = "timestamp"
+    time_col: str | None = None        # None: found by name like the bars' (timestamp, open time, date ...)
     time_format: str | None = None
     time_unit: str | None = None
     sep: str = ","
+    records_key: str | None = None     # JSON: the key whose value holds the records
 
     def __post_init__(self) -> None:
         if self.name not in EXTRA_NAMES:
@@ -197,16 +208,34 @@ def _decode(path: Path, data: bytes) -> str:
 def _read_csv(path: Path, data: bytes, sep: str) -> pl.DataFrame:
     if not isinstance(sep, str) or len(sep.encode("utf-8")) != 1 or sep in "\r\n\"":
         raise TapeError(f"{path}: separator {sep!r} is not usable; expected a single one-byte character")
-    text = _decode(path, data)
+    # universal newlines: a header ending in \r (or \r\n) before \n rows must not swallow a row
+    text = _decode(path, data).replace("\r\n", "\n").replace("\r", "\n")
     try:
         # everything as text: type inference on the first rows would misreport later rows
-        return pl.read_csv(
+        df = pl.read_csv(
             io.BytesIO(text.encode("utf-8")), separator=sep, infer_schema=False, has_header=True,
         )
     except pl.exceptions.NoDataError as exc:
         raise TapeError(f"{path}: row 1: the file is empty; expected a header and at least one data row") from exc
     except (Exception, _PanicException) as exc:
         raise TapeError(f"{path}: {_csv_diagnosis(text, sep)} ({_short(exc)})") from exc
+    _check_row_count(path, text, sep, df)
+    return df
+
+
+def _check_row_count(path: Path, text: str, sep: str, df: pl.DataFrame) -> None:
+    """Every non-blank line after the header is one bar: a reader that merged or skipped lines
+    (odd quoting, stray separators) is an error, never a silently shorter tape."""
+    try:
+        lines = [r for r in csv.reader(io.StringIO(text), delimiter=sep) if any(c.strip() for c in r)]
+    except csv.Error:
+        return   # the csv module cannot count it either; polars' own parse stands
+    expected = max(len(lines) - 1, 0)
+    blank = df.select(pl.all_horizontal(pl.all().is_null() | (pl.all().str.strip_chars() == ""))).to_series()
+    got = df.height - int(blank.sum())
+    if got != expected:
+        raise TapeError(f"{path}: read {got} data rows but the file has {expected} non-blank lines after the "
+                        "header; expected one bar per line (check quoting and separators)")
 
 
 def _csv_diagnosis(text: str, sep: str) -> str:
@@ -244,7 +273,21 @@ def _json_kind(value: Any) -> str:
     return {str: "string", list: "array"}.get(type(value), type(value).__name__)
 
 
-def _read_json(path: Path, data: bytes) -> pl.DataFrame:
+def _records_under(path: Path, doc: Any, key: str) -> list:
+    """doc[key] (dotted keys reach deeper: 'result.rows') as the list of records."""
+    cur = doc
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            keys = sorted(cur) if isinstance(cur, dict) else []
+            raise TapeError(f"{path}: records_key {key!r}: no key {part!r} (found keys {keys}); expected the key "
+                            "whose value is the array of records")
+        cur = cur[part]
+    if not isinstance(cur, list):
+        raise TapeError(f"{path}: records_key {key!r}: found JSON {_json_kind(cur)}; expected an array of records")
+    return cur
+
+
+def _read_json(path: Path, data: bytes, records_key: str | None = None) -> pl.DataFrame:
     text = _decode(path, data)
     records: list[tuple[int, Any]]
     try:
@@ -263,8 +306,15 @@ def _read_json(path: Path, data: bytes) -> pl.DataFrame:
                     "expected a JSON array of objects or one JSON object per line"
                 ) from exc
     else:
-        if isinstance(doc, list):
+        if records_key is not None:
+            records = list(enumerate(_records_under(path, doc, records_key), start=1))
+        elif isinstance(doc, list):
             records = list(enumerate(doc, start=1))
+        elif isinstance(doc, dict) and any(isinstance(v, list) for v in doc.values()):
+            lists = [k for k, v in doc.items() if isinstance(v, list)]
+            raise TapeError(f"{path}: a JSON object with keys {list(doc)}; expected an array of records "
+                            f"(for records under a key, as pandas' table orient writes them: "
+                            f"records_key={lists[0]!r})")
         else:
             records = [(1, doc)]
     if not records:
@@ -286,14 +336,14 @@ def _read_json(path: Path, data: bytes) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
-def _read_raw(path: Path, fmt: str | None, sep: str) -> pl.DataFrame:
+def _read_raw(path: Path, fmt: str | None, sep: str, records_key: str | None = None) -> pl.DataFrame:
     """Read one file into a frame of raw columns (names stripped of whitespace and BOM)."""
     kind = _resolve_format(path, fmt)
     data = _read_bytes(path)
     if kind == "csv":
         df = _read_csv(path, data, sep)
     elif kind == "json":
-        df = _read_json(path, data)
+        df = _read_json(path, data, records_key)
     else:
         try:
             df = pl.read_parquet(io.BytesIO(data))
@@ -316,6 +366,46 @@ def _find_column(df: pl.DataFrame, name: str, explicit: bool) -> str | None:
         return stripped if stripped in df.columns else None
     matches = [c for c in df.columns if c.lower() == name.lower()]
     return matches[0] if len(matches) == 1 else None
+
+
+def _squash(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch not in " _-()[]")
+
+
+def _time_column(df: pl.DataFrame, time_col: str | None, path: Path, expected: list[str],
+                 notes: list[str] | None) -> str:
+    """The time column: the one named (exactly, or its only case-insensitive match), else the first
+    of the usual names (open times before close times, since a tape is stamped with bar OPEN times).
+    Without a name, which column was taken goes into `notes`."""
+    if time_col is not None:
+        tcol = _find_column(df, time_col, explicit=False)
+        if tcol is None:
+            raise _missing(path, "time", time_col, df, [time_col, *expected])
+        return tcol
+    by = {}
+    for c in df.columns:
+        by.setdefault(_squash(c), c)
+    found = [by[n] for n in _TIME_NAMES if n in by]
+    if not found:
+        raise TapeError(
+            f"{path}: header: no time column found (looked for {', '.join(repr(n) for n in _TIME_NAMES[:8])}, ...); "
+            f"expected one, or time_col=... naming it; found columns {', '.join(repr(c) for c in df.columns)}")
+    tcol = found[0]
+    if notes is not None:
+        close = _squash(tcol) in _CLOSE_TIME_NAMES
+        also = f"; also found {', '.join(repr(c) for c in found[1:])}" if len(found) > 1 else ""
+        notes.append(f"{path}: time column {tcol!r}" + (" (bar CLOSE times: each bar is taken as opening then)"
+                                                         if close else "") + also + " (choose with time_col=...)")
+    return tcol
+
+
+def _check_gas(values: pl.Series, rows: pl.Series, path: Path | str, label: str, unit: str) -> None:
+    bad = _first_true(values > GAS_MAX_GWEI)
+    if bad is not None:
+        hint = " (it looks like wei: pass gas_unit='wei')" if unit == "gwei" else ""
+        raw = f"{values[bad]:g}" if unit == "gwei" else f"{values[bad] / GAS_UNITS[unit]:g} {unit} = {values[bad]:g} gwei"
+        raise TapeError(f"{path}: row {rows[bad]}: {label} value {raw} is above {GAS_MAX_GWEI:,.0f} gwei{hint}; "
+                        "expected a gas price in gwei")
 
 
 def _missing(path: Path, what: str, wanted: str, df: pl.DataFrame, expected: list[str]) -> TapeError:
@@ -462,14 +552,14 @@ def _parse_time(col: pl.Series, path: Path, label: str, time_format: str | None,
     return ms.cast(pl.Int64)
 
 
-def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str, time_format: str | None,
-               time_unit: str | None, columns: dict[str, str]) -> pl.DataFrame:
+def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str | None, time_format: str | None,
+               time_unit: str | None, columns: dict[str, str], gas_unit: str = "gwei",
+               records_key: str | None = None, notes: list[str] | None = None) -> pl.DataFrame:
     """One bar file -> validated frame (time_ms, prices, volume, present extras, _row)."""
-    df = _read_raw(path, fmt, sep)
-    expected = [time_col, *(columns.get(c, c) for c in PRICE_COLUMNS)]
-    tcol = _find_column(df, time_col, explicit=False)
-    if tcol is None:
-        raise _missing(path, "time", time_col, df, expected)
+    df = _read_raw(path, fmt, sep, records_key)
+    expected = [*(columns.get(c, c) for c in PRICE_COLUMNS)]
+    tcol = _time_column(df, time_col, path, expected, notes)
+    expected = [tcol, *expected]
     rows = pl.Series("_row", range(1, df.height + 1), dtype=pl.Int64)
     out: dict[str, pl.Series] = {
         "time_ms": _parse_time(df[tcol], path, f"time column {tcol!r}", time_format, time_unit)
@@ -493,9 +583,14 @@ def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str, time_for
         else:
             _check_numbers(values, rows, path, label, allow_null=True,
                            minimum="any" if canon == "funding_rate" else "nonnegative")
+            if canon == "gas":
+                values = values * GAS_UNITS[gas_unit]
+                _check_gas(values, rows, path, label, gas_unit)
         out[canon] = values.alias(canon)
     if "volume" not in out:
         out["volume"] = pl.Series("volume", [0.0] * df.height, dtype=pl.Float64)
+        if notes is not None:
+            notes.append(f"{path}: no volume column; volume is 0 on every bar")
     bad = _first_true(out["high"] < out["low"])
     if bad is not None:
         raise TapeError(
@@ -535,21 +630,22 @@ def _apply_order(df: pl.DataFrame, order: str, names: list[str], what: str) -> p
     )
 
 
-def _load_extra(extra: ExtraSeries, order: str) -> pl.DataFrame:
+def _load_extra(extra: ExtraSeries, order: str, gas_unit: str = "gwei", notes: list[str] | None = None) -> pl.DataFrame:
     path = Path(extra.path)
-    df = _read_raw(path, None, extra.sep)
-    tcol = _find_column(df, extra.time_col, explicit=False)
-    if tcol is None:
-        raise _missing(path, "time", extra.time_col, df, [extra.time_col, extra.column])
+    df = _read_raw(path, None, extra.sep, extra.records_key)
+    tcol = _time_column(df, extra.time_col, path, [extra.column], notes)
     vcol = _find_column(df, extra.column, explicit=True)
     if vcol is None:
-        raise _missing(path, extra.name, extra.column, df, [extra.time_col, extra.column])
+        raise _missing(path, extra.name, extra.column, df, [tcol, extra.column])
     rows = pl.Series("_row", range(1, df.height + 1), dtype=pl.Int64)
     time_ms = _parse_time(df[tcol], path, f"time column {tcol!r}", extra.time_format, extra.time_unit)
     label = f"{extra.name} (column {vcol!r})"
     values = _parse_float(df[vcol], path, label)
     _check_numbers(values, rows, path, label, allow_null=False,
                    minimum="any" if extra.name == "funding_rate" else "nonnegative")
+    if extra.name == "gas":
+        values = values * GAS_UNITS[gas_unit]
+        _check_gas(values, rows, path, label, gas_unit)
     frame = pl.DataFrame([time_ms.alias("time_ms"), values.alias(extra.name), rows]).with_columns(
         pl.lit(0, dtype=pl.Int64).alias("_file")
     )
@@ -574,7 +670,7 @@ def import_tape(
     paths: list[str | Path] | str | Path,
     *,
     asset: str = "BTC",
-    time_col: str = "timestamp",
+    time_col: str | None = None,
     time_format: str | None = None,
     time_unit: str | None = None,
     columns: dict[str, str] | None = None,
@@ -582,6 +678,9 @@ def import_tape(
     order: str = "strict",
     extras: list[ExtraSeries] | None = None,
     fmt: str | None = None,
+    gas_unit: str = "gwei",
+    records_key: str | None = None,
+    notes: list[str] | None = None,
 ) -> pl.DataFrame:
     """Import OHLCV bar files (CSV, Parquet, JSON array or JSON lines) as one tape.
 
@@ -593,6 +692,13 @@ def import_tape(
     in ``time_unit`` (s|ms|us|ns).  ``order``: 'strict' rejects unsorted or duplicate times,
     'sort' sorts them (duplicates still rejected), 'dedupe' sorts and keeps the last bar of each
     duplicate timestamp (last in file order); the same policy applies to each extra series.
+    Without ``time_col`` the time column is found by name (timestamp, open time, time, date, ...;
+    open times before close times) and ``notes`` (a list, when given) says which was taken; it
+    also says when there is no volume column.  Lines end in \\n, \\r\\n or \\r, mixed freely,
+    and a CSV whose parsed rows do not match its non-blank lines is an error.  Gas is stored in
+    gwei: ``gas_unit='wei'`` scales a file in wei, and a gas price above GAS_MAX_GWEI is an error
+    naming the column.  JSON records may sit under a key (``records_key``: 'data' for pandas'
+    table orient).
     ``bar_ms`` is the lower median spacing of the bars, so it is always an observed spacing and
     gaps (exchange outages) do not distort it.  Extra series are joined as-of backward (see
     :class:`ExtraSeries`).  Every defect raises :class:`TapeError`; no other exception escapes.
@@ -608,6 +714,8 @@ def import_tape(
     where_all = ", ".join(str(p) for p in paths)
     if order not in _ORDERS:
         raise TapeError(f"{where_all}: order={order!r}; expected one of {', '.join(_ORDERS)}")
+    if gas_unit not in GAS_UNITS:
+        raise TapeError(f"{where_all}: gas_unit={gas_unit!r}; expected one of {', '.join(GAS_UNITS)}")
     if not isinstance(asset, str) or not asset.strip():
         raise TapeError(f"{where_all}: asset={asset!r}; expected a non-empty name")
     columns = dict(columns or {})
@@ -624,7 +732,8 @@ def import_tape(
     frames = []
     for i, path in enumerate(paths):
         frame = _guarded(str(path), _load_bars, path, fmt=fmt, sep=sep, time_col=time_col,
-                         time_format=time_format, time_unit=time_unit, columns=columns)
+                         time_format=time_format, time_unit=time_unit, columns=columns, gas_unit=gas_unit,
+                         records_key=records_key, notes=notes)
         frames.append(frame.with_columns(pl.lit(i, dtype=pl.Int64).alias("_file")))
 
     def combine() -> pl.DataFrame:
@@ -644,7 +753,7 @@ def import_tape(
                     f"{extra.path}: {extra.name} is given both as a column of the bar file(s) and as an "
                     "extra series; expected one source"
                 )
-            side = _guarded(str(extra.path), _load_extra, extra, order)
+            side = _guarded(str(extra.path), _load_extra, extra, order, gas_unit, notes)
             df = df.join_asof(side, on="time_ms", strategy="backward")
         return df.select(
             pl.col("time_ms").cast(pl.Int64),

@@ -29,7 +29,7 @@ from sim.recorder import (Formatted, Lists, Names, join_strings, json_floats, js
                           json_objects_by_kind,
                           json_strings, signed_fixed2)
 from golem.rng import uniform as hash_uniform_array
-from sim.scenario import Scenario, parse_duration
+from sim.scenario import BAR, TAPE_ASSET, Scenario, parse_duration
 
 
 #: json.dumps(payload, sort_keys=True, default=float) without building an encoder per event
@@ -199,7 +199,7 @@ class World:
         rows = []
         gid = 0
         for gi, grp in enumerate(sc.golems):
-            a = self.tape.asset_index(grp.asset) if grp.asset else 0
+            a = self.tape.asset_index(grp.asset) if grp.asset and grp.asset != TAPE_ASSET else 0
             for _ in range(grp.count):
                 # individual differences, drawn from the Golem's own stream (seed, golem id)
                 rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(1, gid)))
@@ -226,7 +226,7 @@ class World:
         keys: dict[tuple[float, float], list[int]] = {}
         g = 0
         for grp in self.scenario.golems:
-            iv = parse_duration(grp.interval) if grp.interval is not None else self.cfg.heartbeat.interval_s
+            iv = self._interval_s(grp)
             st = parse_duration(grp.start)
             keys.setdefault((float(iv), float(st)), []).extend(range(g, g + grp.count))
             g += grp.count
@@ -234,6 +234,12 @@ class World:
         for c in cohorts:
             self.pop.interval_s[c.members] = c.interval_s
         return cohorts
+
+    def _interval_s(self, grp) -> float:
+        """A group's heartbeat in seconds; `bar` is the tape's bar length (the generator's step)."""
+        if grp.interval == BAR:
+            return self.tape.bar_ms / 1000 if self.tape.bar_ms else float(self.scenario.market.step_s)
+        return parse_duration(grp.interval) if grp.interval is not None else self.cfg.heartbeat.interval_s
 
     def _latencies(self) -> dict[int, tuple[float, float]]:
         out = {}

@@ -75,7 +75,7 @@ def test_import_tape_cli(synth, tmp_path):
     assert code == 0, out
     g = read_tape(tmp_path / "g.parquet")
     assert g["gas"].to_list()[:7] == [40.0] * 6 + [41.0]
-    for args, expect in ((["--order", "bogus"], "order='bogus'"),
+    for args, expect in ((["--order", "bogus"], "--order bogus"),
                          (["--extra", "gas=nofile.csv"], "expected name=path:column"),
                          (["--extra", "fees=x.csv:y"], "expected gas, tvl or funding_rate"),
                          (["--col", "open"], "expected canonical=column")):
@@ -83,8 +83,8 @@ def test_import_tape_cli(synth, tmp_path):
                         "--out", tmp_path / "bad.parquet")
         assert code == 2, out
         assert expect in out and "Traceback" not in out
-    code, out = cli("import-tape", d / "eth.csv", "--out", tmp_path / "bad.parquet")   # no 'timestamp' column
-    assert code == 2 and "timestamp" in out and "Traceback" not in out
+    code, out = cli("import-tape", d / "eth.csv", "--out", tmp_path / "bad.parquet")   # 'Date' found, epoch seconds
+    assert code == 2 and "'Date'" in out and "--time-unit s" in out and "Traceback" not in out
 
 
 def test_clock_reads_only_closed_bars(synth, tmp_path):
