@@ -41,15 +41,15 @@ def test_the_stimulus_by_hand():
                     control=-0.06, worked=0.25)
     outlook = math.tanh(math.tanh(3 * -0.06) + math.tanh(5 * (0.04 - 0.12)))
     assert p == pytest.approx(math.tanh(math.tanh(-0.5) - 0.2 + outlook - 0.3), abs=1e-12)
-    # A: tanh(0.5 * (5 - 1)) + the high probe's 0.6
-    assert a == pytest.approx(math.tanh(math.tanh(2.0) + 0.6), abs=1e-12)
+    # A: tanh(0.7 * (tanh(0.5 * (5 - 1)) + the high probe's 0.6)): arousal's gain 0.7
+    assert a == pytest.approx(math.tanh(0.7 * (math.tanh(2.0) + 0.6)), abs=1e-12)
     # D: holding against the trend tanh(10 * -0.06), the trade that worked, turmoil tanh(0.5 * (1 - 5)), the shock
     assert d == pytest.approx(math.tanh(math.tanh(-0.6) + 0.25 + math.tanh(-2.0) - 0.8), abs=1e-12)
     # a rally: +30 % over the window at its high, a calmer market than normal, fading impulses
     p, a, d = _stim(look=appraisal.Outlook(np.array([0.30]), np.array([0.0])), vol_ratio=0.5, impulse_a=0.5,
                     impulse_d=0.2)
     assert p == pytest.approx(math.tanh(math.tanh(math.tanh(3 * 0.26) + math.tanh(0.2))), abs=1e-12)
-    assert a == pytest.approx(math.tanh(math.tanh(-0.25) + 0.5), abs=1e-12)
+    assert a == pytest.approx(math.tanh(0.7 * (math.tanh(-0.25) + 0.5)), abs=1e-12)
     assert d == pytest.approx(math.tanh(0.2 + math.tanh(0.25)), abs=1e-12)
     # a loss inside the everyday fluctuation is not felt as one: -3 % return, 3 % below the high
     p, _, _ = _stim(look=appraisal.Outlook(np.array([-0.03]), np.array([0.03])))

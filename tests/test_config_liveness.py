@@ -148,8 +148,15 @@ def _unit_reflect(cfg):
     m.reflect(ix, obs, s, minds.decided(m, ix), minds.acted(ix, exposure_before=np.linspace(0, 1, n), dexp=0.3,
                                                               traded=True), out)
     rows = minds.written(out)
+    # and a quiet tick without trades for holders of every size: the regrets of the opposite action
+    quiet = TickOutput()
+    m.reflect(ix, minds.observation(m), minds.sensed(m, ix, pad=grid, ret=np.linspace(-0.02, 0.02, n),
+                                                     tick_pnl=np.linspace(-300, 300, n)),
+              minds.decided(m, ix), minds.acted(ix, exposure_before=np.linspace(1, 0, n)), quiet)
+    regrets = minds.written(quiet)
     return ([np.asarray(rows[k]).tobytes() for k in ("golem", "kind", "salience", "confidence", "decay_class", "window_ms",
                                                      "outcome", "arousal_bias", "attribution")],
+            [np.asarray(regrets[k]).tobytes() for k in ("golem", "kind", "outcome", "raw_outcome", "arousal_bias")],
             repr([sorted(p.items()) for p in out.pushes]), m.pop.pad.tobytes(), m.pop.mood.tobytes())
 
 
@@ -282,6 +289,7 @@ CHECKS: dict[str, Check] = {
     "emotion.neutral_norm": Check(unit=_unit_affect, value=0.3),
     "decision.fear_scale": _AFFECT, "decision.danger_cooloff_s": _AFFECT,
     "curator.calm_arousal": _CURATOR,
+    "confidence.low_flag_accesses": Check(value=1, why="few entries of the short run are recalled three times at low confidence"),
     "arousal.attribution_dominance": Check(unit=_unit_reflect), "confidence.speculative": Check(unit=_unit_reflect),
     "reflection": Check(unit=_unit_load, why="the mood (the emotional load) moves too slowly in a 10 h run"),
     "salience": _SALIENCE,

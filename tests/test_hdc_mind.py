@@ -64,21 +64,20 @@ def test_compositional_query_finds_fearful_exploit_memories(hdc_run):
 
 
 def test_dreams_replay_what_resembles_high_arousal(hdc_run):
-    """Each full replay under somatic_hdc picks entries more aroused than the dreamer's Grimoire held
-    at the time (its own entries written before the dream, their tags as written)."""
+    """Under somatic_hdc a dream replays the entries nearest a fear-like, high-arousal prototype:
+    across the full replays (16 chosen among at least three times as many of the dreamer's own
+    entries written before it, tags as written), the replayed are more aroused than what was held,
+    on average and in at least three dreams of four."""
     ev = events(hdc_run.run_dir, "dream")
     e = table(hdc_run.run_dir, "entries").select("id", "a", "golem_id", "created_ms")
-    checked = 0
+    gaps = []
     for (g, t), x in zip(ev.select("golem_id", "time_ms").iter_rows(), payloads(ev)):
-        if len(x["replayed"]) < 16:
-            continue
         held = e.filter((pl.col("golem_id") == g) & (pl.col("created_ms") < t))
-        if held.height < 48:        # a choice of 16 among at least three times as many
+        if len(x["replayed"]) < 16 or held.height < 48:
             continue
-        replayed = held.filter(pl.col("id").is_in(x["replayed"]))
-        assert replayed["a"].mean() > held["a"].mean()
-        checked += 1
-    assert checked > 0
+        gaps.append(held.filter(pl.col("id").is_in(x["replayed"]))["a"].mean() - held["a"].mean())
+    assert len(gaps) >= 4
+    assert sum(gaps) / len(gaps) > 0 and sum(g > 0 for g in gaps) >= 0.75 * len(gaps)
 
 
 def test_hdc_runs_are_deterministic(hdc_run, tmp_path):
