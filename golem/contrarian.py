@@ -35,7 +35,10 @@ def weigh(mind, ix: np.ndarray, slots_served: np.ndarray, scores: np.ndarray) ->
     live = (pend >= 0) & (c["id"][np.maximum(pend, 0)] >= 0)
     safe = np.maximum(pend, 0)
     has_out = live & c["has_outcome"][safe]
-    w_extra = np.where(has_out, np.nanmean(np.where(slots_served >= 0, scores, np.nan), axis=1, keepdims=True)
-                       if slots_served.size else 0.0, 0.0)
+    served = slots_served >= 0
+    n_served = served.sum(axis=1, keepdims=True)
+    mean_score = np.where(n_served > 0, np.where(served, scores, 0.0).sum(axis=1, keepdims=True) / np.maximum(n_served, 1),
+                          np.nan)   # nothing served: NaN, as nanmean gives, without its warning
+    w_extra = np.where(has_out, mean_score if slots_served.size else 0.0, 0.0)
     w_extra = np.nan_to_num(w_extra) * np.where(has_out, c["confidence"][safe], 0.0)
     return w_extra, np.where(has_out, c["outcome"][safe], 0.0)

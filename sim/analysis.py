@@ -490,12 +490,13 @@ def life_summaries(runs: RunLike) -> pl.LazyFrame:
 
 # ---------------------------------------------------------------------------------- series for plots
 def pad_bands(runs: RunLike, every: str | int = "1h") -> pl.LazyFrame:
-    """Median and inter-quartile range of P, A, D per Clade per time bucket."""
+    """Median and inter-quartile range of the emotion's P, A, D per Clade per time bucket, and the
+    median of the mood's (`mood_p_median`, ...)."""
     ms = _ms(every)
     aggs = []
     for c in ("p", "a", "d"):
         aggs += [pl.col(c).median().alias(f"{c}_median"), pl.col(c).quantile(0.25).alias(f"{c}_q25"),
-                 pl.col(c).quantile(0.75).alias(f"{c}_q75")]
+                 pl.col(c).quantile(0.75).alias(f"{c}_q75"), pl.col(f"mood_{c}").median().alias(f"mood_{c}_median")]
     return (scan_runs(runs, "heartbeats").with_columns(_bucket("time_ms", ms).alias("bucket_ms"))
             .group_by("run", "clade_id", "bucket_ms").agg(pl.len().alias("n"), *aggs)
             .sort("run", "clade_id", "bucket_ms"))

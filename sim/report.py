@@ -249,14 +249,16 @@ def section_pad(run: Path, ck: Clock, names: dict[int, str]) -> str:
             x = ck(g["bucket_ms"])
             col = CLADE_COLOURS[ci % len(CLADE_COLOURS)]
             ax.fill_between(x, g[f"{c}_q25"].to_numpy(), g[f"{c}_q75"].to_numpy(), color=col, alpha=0.2, lw=0)
-            ax.plot(x, g[f"{c}_median"].to_numpy(), color=col, lw=1.3, label=names.get(ci, f"clade {ci}"))
+            ax.plot(x, g[f"{c}_median"].to_numpy(), color=col, lw=1.0, label=names.get(ci, f"clade {ci}"))
+            ax.plot(x, g[f"mood_{c}_median"].to_numpy(), color=col, lw=2.2, ls="--",
+                    label=f"{names.get(ci, f'clade {ci}')} mood")
         ax.axhline(0, color="#999", lw=0.6)
         ax.set_ylim(-1.05, 1.05)
         ax.set_ylabel(title)
     axes[0].legend(fontsize=8, frameon=False, ncol=4, loc="upper left")
-    axes[-1].set_xlabel(ck.label + " (median and inter-quartile band per Clade, hourly)")
+    axes[-1].set_xlabel(ck.label + " (emotion: median and inter-quartile band per Clade; mood: dashed median; hourly)")
     ck.axis(axes[-1])
-    return img(fig, "PAD trajectories per Clade")
+    return img(fig, "emotion and mood (PAD) per Clade")
 
 
 def section_emotions(run: Path, ck: Clock) -> str:
@@ -531,7 +533,7 @@ def _sections(r: Path, threshold: float, min_ticks: int, max_golems: int) -> dic
     s: dict[str, str] = {}
     builders: list[tuple[str, Callable[[], str]]] = [
         ("Price, regimes and flashbulbs", lambda: section_price(r, ck)),
-        ("PAD per Clade", lambda: section_pad(r, ck, names)),
+        ("Emotion and mood per Clade", lambda: section_pad(r, ck, names)),
         ("Emotions", lambda: section_emotions(r, ck)),
         ("Mood congruence and retrieval valence bias", lambda: section_bias(r, ck, threshold, min_ticks)),
         ("Curator, contrarian, dream and reflex", lambda: section_activity(r, ck)),

@@ -105,13 +105,16 @@ def test_report_is_self_contained(report):
     assert external == []
     assert "link" not in p.tags and "iframe" not in p.tags
     assert not re.search(r"url\(|@import|https?://", text.split("<script>")[0].split("<style>")[1].split("</style>")[0])
-    for heading in ("Price, regimes and flashbulbs", "PAD per Clade", "Emotions", "Mood congruence",
+    for heading in ("Price, regimes and flashbulbs", "Emotion and mood per Clade", "Emotions", "Mood congruence",
                     "Curator, contrarian, dream and reflex", "Contagion wave", "Deaths", "Golems", "Grimoire map"):
         assert f"<h2>{heading}" in text
 
 
 def test_report_content_follows_the_run(crash_run, report):
     text = report.read_text()
+    assert 'alt="emotion and mood (PAD) per Clade"' in text
+    bands = A.pad_bands(crash_run).collect()
+    assert {"mood_p_median", "mood_a_median", "mood_d_median"} <= set(bands.columns)
     life = A.life_summaries(crash_run).collect()
     dead = life.filter(~pl.col("alive"))
     assert dead.height == 2 and "no Golem died" not in text
