@@ -1,10 +1,14 @@
 """The Grimoire: a columnar arena of memory entries for a whole population (SPEC §3).
 
 Shape: one slab of `capacity` slots per Golem (rows g*cap .. g*cap+cap), every field a column,
-embeddings one contiguous float32 block stored unit-normalised at insert. A retrieval scans its
-Golem's slab front to back, so scoring rides on one memory stream. Evicting overwrites a slot in
-place; the slab never moves. Sparse, rarely-set fields (reflex phrases, links) live in dicts keyed
-by entry id so that memory per entry stays O(d).
+embeddings one contiguous block of int8 codes (`quantise`: the direction of the vector, rounded so
+its largest component is +-127). A retrieval scans its Golem's slab front to back, so scoring
+rides on one memory stream; at d = 64 an entry is 64 bytes of codes and ~140 of columns, against
+256 + 165 with float32 embeddings (docs/performance.md: what the rounding does to scores;
+docs/decisions.md: why int8). Evicting overwrites a slot in place; the slab never moves, and an
+entry is never removed from its slot, only replaced or archived, so every slot below a slab's
+count holds an entry. Sparse, rarely-set fields (reflex phrases, links) live in dicts keyed by
+entry id so that memory per entry stays O(d).
 """
 from __future__ import annotations
 
@@ -15,7 +19,6 @@ import numpy as np
 from numba import njit, prange
 
 from golem import pad as padm
-from golem.context import normalise
 
 CATEGORIES = ("episode", "insight", "heuristic", "warning", "opportunity", "lesson", "death_reflection")
 DECAY_CLASSES = ("ephemeral", "tactical", "regime_conditional", "structural")
@@ -151,7 +154,6 @@ _COLUMNS: dict[str, type] = {
     "category": np.int8, "topic": np.int32, "scope": np.int32, "kind": np.int16,
     "confidence": np.float32, "importance": np.float32, "salience": np.float32, "decay_class": np.int8,
     "has_tag": np.bool_, "p": np.float32, "a": np.float32, "d": np.float32,
-    "up": np.float64, "ua": np.float64, "ud": np.float64,  # unit PAD of the tag (0 when untagged)
     "i0": np.float32, "emotion": np.int8, "reactivated": np.bool_, "react_count": np.int16,
     "last_react_ms": np.int64, "label": np.int8, "attribution": np.int8, "arousal_bias": np.bool_,
     "flashbulb": np.bool_, "provenance": np.int32, "access_count": np.int32, "acted_on_count": np.int32,
@@ -162,6 +164,73 @@ _COLUMNS: dict[str, type] = {
 }
 
 
+#: codes per row are padded with zeros to a multiple of this (the retrieval kernel reads 32 at a time)
+CODE_ALIGN = 32
+#: the largest code: a stored vector's largest component is rounded to +-127
+CODE_MAX = 127
+
+
+def code_stride(dim: int) -> int:
+    return -(-dim // CODE_ALIGN) * CODE_ALIGN
+
+
+def quantise(v: np.ndarray, stride: int | None = None) -> np.ndarray:
+    """int8 codes of the rows of v: round(v * 127 / max|v|) per row (half to even), zero-padded to
+    `stride` columns. Only the direction is kept (a retrieval scores the cosine of the codes), so
+    rows need not be normalised; a zero row gives zero codes. Decoding and quantising again gives
+    the same codes (a Clade copy or a lesson framed on an entry inherits its codes exactly)."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.ndim == 1:
+        return quantise(v[None, :], stride)[0]
+    top = np.abs(v).max(axis=1, initial=0.0)
+    scale = np.divide(CODE_MAX, top, out=np.zeros_like(top), where=top > 0)
+    out = np.zeros((v.shape[0], stride or v.shape[1]), dtype=np.int8)
+    out[:, :v.shape[1]] = np.rint(v * scale[:, None])
+    return out
+
+
+def decode(codes: np.ndarray, dim: int) -> np.ndarray:
+    """Unit float32 vectors of int8 code rows (zero for zero codes)."""
+    c = np.asarray(codes)[..., :dim].astype(np.float64)
+    n = np.sqrt((c * c).sum(axis=-1, keepdims=True))
+    return np.divide(c, n, out=np.zeros_like(c), where=n > 0).astype(np.float32)
+
+
+class Embeddings:
+    """The stored embeddings as float32 unit vectors (decoded from `Grimoire.codes` on reading;
+    assigning quantises). What the rest of the mind reads where it needs an entry's vector."""
+
+    def __init__(self, gr: "Grimoire"):
+        self._gr = gr
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self._gr.codes.shape[0], self._gr.dim)
+
+    @property
+    def nbytes(self) -> int:
+        return self._gr.codes.nbytes
+
+    def __len__(self) -> int:
+        return self._gr.codes.shape[0]
+
+    def __getitem__(self, idx) -> np.ndarray:
+        return decode(self._gr.codes[idx], self._gr.dim)
+
+    def __setitem__(self, idx, v) -> None:
+        v = np.asarray(v, dtype=np.float64)
+        rows = self._gr.codes[idx]
+        self._gr.codes[idx] = quantise(np.broadcast_to(v, rows.shape[:-1] + (self._gr.dim,)).reshape(-1, self._gr.dim),
+                                       rows.shape[-1]).reshape(rows.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+    def copy(self) -> np.ndarray:
+        return self[:]
+
+
 @dataclass
 class Grimoire:
     """Entries x fields for `n_golems` Golems, `capacity` slots each."""
@@ -170,7 +239,7 @@ class Grimoire:
     capacity: int
     dim: int
     cols: dict[str, np.ndarray] = field(init=False)
-    emb: np.ndarray = field(init=False)
+    codes: np.ndarray = field(init=False)      # (slots, code_stride(dim)) int8, see `quantise`
     count: np.ndarray = field(init=False)
     next_id: int = 0
     recall_when: dict[int, tuple[str, ...]] = field(default_factory=dict)
@@ -189,7 +258,7 @@ class Grimoire:
         self.cols["provenance"][:] = -1
         self.cols["last_reflex_ms"][:] = np.iinfo(np.int64).min // 2
         self.cols["curator_weight"][:] = 1.0
-        self.emb = np.zeros((n, self.dim), dtype=np.float32)
+        self.codes = np.zeros((n, code_stride(self.dim)), dtype=np.int8)
         self.count = np.zeros(self.n_golems, dtype=np.int64)
         self.fp = np.zeros((n, 160), dtype=np.uint64) if self.fingerprints else None
         # the times of an entry's last `act_ring` acts, a ring indexed by acted_on_count: the
@@ -202,8 +271,13 @@ class Grimoire:
             return cols[name]
         raise AttributeError(name)
 
+    @property
+    def emb(self) -> Embeddings:
+        """The embeddings as float32 unit vectors (decoded on reading, quantised on assigning)."""
+        return Embeddings(self)
+
     def bytes_per_entry(self) -> float:
-        total = (self.emb.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_ms.nbytes
+        total = (self.codes.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_ms.nbytes
                  + (self.fp.nbytes if self.fp is not None else 0))
         return total / (self.n_golems * self.capacity)
 
@@ -224,9 +298,9 @@ class Grimoire:
         """Write a batch of entries in the given order; returns (slots, ids).
 
         Full slabs evict their lowest importance*confidence*(1+salience) non-protected entry
-        (archived ones first); a slab with nothing evictable refuses the write (slot -1).
-        `unit`: the rows are already `context.normalise` output (bulk imports normalise as they draw,
-        without an N x d float64 copy).
+        (archived ones first); a slab with nothing evictable refuses the write (slot -1). The
+        embeddings are stored as `quantise` codes, which depend only on each row's direction, so
+        normalised (`unit`, bulk imports) and raw rows are stored alike.
         """
         golem = np.asarray(golem, dtype=np.int64)
         c = self.cols
@@ -256,28 +330,26 @@ class Grimoire:
         c["id"][s] = kept(ids)
         for name, v in values.items():
             c[name][s] = kept(np.asarray(v)) if np.ndim(v) else v
-        self.emb[s] = kept(emb) if unit else normalise(kept(np.asarray(emb, dtype=np.float64)))
-        self._stamp_unit_pad(s)
+        self.codes[s] = quantise(kept(emb), self.codes.shape[1])
         if self.on_insert is not None and s.size:
             self.on_insert(s)
         return slots, ids
 
-    def _stamp_unit_pad(self, s: np.ndarray) -> None:
-        """Precompute the unit PAD vector of each tag (0 for untagged), so cosine is a dot product."""
+    def unit_pad(self, slots: np.ndarray) -> np.ndarray:
+        """(n, 3) unit PAD vectors of the entries' tags (0 for untagged ones), float64: what the
+        alternative retrieval profiles take the PAD cosine with. The four-factor kernel computes
+        the cosine from p, a, d itself (`padm.pad_cosine_safe`'s operations)."""
         c = self.cols
-        p, a, d = (c[k][s].astype(np.float64) for k in "pad")
+        p, a, d = (c[k][slots].astype(np.float64) for k in "pad")
         n = np.maximum(np.sqrt(p * p + a * a + d * d), 1e-8)
-        tagged = c["has_tag"][s]
-        c["up"][s] = np.where(tagged, p / n, 0.0)
-        c["ua"][s] = np.where(tagged, a / n, 0.0)
-        c["ud"][s] = np.where(tagged, d / n, 0.0)
+        tagged = c["has_tag"][slots]
+        return np.stack([np.where(tagged, x / n, 0.0) for x in (p, a, d)], axis=-1)
 
     def set_tag_pad(self, slots: np.ndarray, p=None, a=None, d=None) -> None:
-        """Change tag components (e.g. REM depotentiation of arousal) and refresh unit vectors."""
+        """Change tag components (e.g. REM depotentiation of arousal)."""
         for k, v in (("p", p), ("a", a), ("d", d)):
             if v is not None:
                 self.cols[k][slots] = v
-        self._stamp_unit_pad(np.asarray(slots))
 
 
 

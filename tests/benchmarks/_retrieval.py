@@ -71,7 +71,6 @@ def build_arena(n_golems: int, cap: int, dim: int, seed: int = 0, tagged: float 
     c["i0"][:] = np.where(tag, rng.uniform(0.05, 1, n), 0.0)
     c["reactivated"][:] = tag & (rng.uniform(size=n) < 0.3)
     c["last_react_ms"][:] = np.where(c["reactivated"], NOW_MS - rng.integers(0, 5 * DAY_MS, n), -1)
-    gr._stamp_unit_pad(np.arange(n))
     return gr
 
 
