@@ -63,27 +63,34 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     if not staged:
         return 0, []
     n = [len(s[3]) for s in staged]
-    values = {k: np.repeat([s[1][k] for s in staged], n) for k in FIELDS if k != "id"}
     recv_all = np.concatenate([s[3] for s in staged])
-    sender_all = np.repeat([s[0] for s in staged], n)
-    values.update(created_ms=np.full(recv_all.size, now_ms), last_access_ms=np.full(recv_all.size, now_ms),
-                  provenance=sender_all, curator_weight=np.ones(recv_all.size),
-                  confidence=np.concatenate([s[8] for s in staged]))
-    # normalised once per pushed entry, not once per copy (row-wise, so the same bits)
-    emb = normalise(np.stack([s[1]["emb"] for s in staged]))
-    slots, ids = gr.insert(recv_all, np.repeat(emb, n, axis=0), values, unit=True)
+    at = np.repeat(np.arange(len(staged)), n)      # the parcel of each delivery
+    sender_all = np.array([s[0] for s in staged], dtype=np.int64)[at]
+    conf_all = np.concatenate([s[8] for s in staged])
+    per_parcel = {k: np.array([s[1][k] for s in staged]) for k in FIELDS if k != "id"}
+    # normalised and quantised once per pushed entry, not once per copy (row-wise, so the same codes)
+    codes = gm.quantise(normalise(np.stack([s[1]["emb"] for s in staged])), gr.codes.shape[1])
+
+    def copy_rows(idx):
+        """Codes and column values of the copies at delivery rows idx."""
+        values = {k: v[at[idx]] for k, v in per_parcel.items()}
+        values.update(created_ms=now_ms, last_access_ms=now_ms, provenance=sender_all[idx], curator_weight=1.0,
+                      confidence=conf_all[idx])
+        return codes[at[idx]], values
+
+    slots, ids = gr.insert_pieces(recv_all, copy_rows)
     stored = slots >= 0
-    if stored.any():
-        copies = {k: v[stored] for k, v in values.items()}
-        topics = np.repeat(np.array([mind.topic_name(int(s[1]["topic"])) for s in staged], dtype=object), n)
+    if stored.any() and rows:
         k = int(stored.sum())
+        _, copies = copy_rows(np.flatnonzero(stored))
+        copies.update(created_ms=np.full(k, now_ms), last_access_ms=np.full(k, now_ms), curator_weight=np.ones(k))
+        topics = np.repeat(np.array([mind.topic_name(int(s[1]["topic"])) for s in staged], dtype=object), n)
         copies.update(id=ids[stored], slot=slots[stored], golem=recv_all[stored], clade=pop.clade[recv_all[stored]],
-                    topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
-                    event_kind=np.full(k, "", dtype=object))
+                      topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
+                      event_kind=np.full(k, "", dtype=object))
         mind.pending_entries.append(copies)
     if not rows:
         return recv_all.size, None
-    at = np.repeat(np.arange(len(staged)), n)      # the parcel of each delivery
     kinds = [(alert_type, signal_type(alert_type, gm.CATEGORIES[int(entry["category"])], float(tag[0])))
              for _, entry, alert_type, _, _, tag, *_ in staged]
     before = np.concatenate([s[6] for s in staged])

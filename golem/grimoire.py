@@ -170,22 +170,36 @@ CODE_ALIGN = 32
 CODE_MAX = 127
 
 
+#: rows `quantise` converts at a time
+QUANTISE_CHUNK = 1 << 14
+#: rows per piece of `Grimoire.insert_pieces`
+PIECE_ROWS = 1 << 16
+
+
 def code_stride(dim: int) -> int:
     return -(-dim // CODE_ALIGN) * CODE_ALIGN
 
 
-def quantise(v: np.ndarray, stride: int | None = None) -> np.ndarray:
+def quantise(v: np.ndarray, stride: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """int8 codes of the rows of v: round(v * 127 / max|v|) per row (half to even), zero-padded to
     `stride` columns. Only the direction is kept (a retrieval scores the cosine of the codes), so
     rows need not be normalised; a zero row gives zero codes. Decoding and quantising again gives
-    the same codes (a Clade copy or a lesson framed on an entry inherits its codes exactly)."""
-    v = np.asarray(v, dtype=np.float64)
+    the same codes (a Clade copy or a lesson framed on an entry inherits its codes exactly).
+    Rows are taken in chunks (a bulk import's float64 temporaries stay small); `out`: write the
+    codes there (rows x stride int8) instead of a new array."""
+    v = np.asarray(v)
     if v.ndim == 1:
         return quantise(v[None, :], stride)[0]
-    top = np.abs(v).max(axis=1, initial=0.0)
-    scale = np.divide(CODE_MAX, top, out=np.zeros_like(top), where=top > 0)
-    out = np.zeros((v.shape[0], stride or v.shape[1]), dtype=np.int8)
-    out[:, :v.shape[1]] = np.rint(v * scale[:, None])
+    n, d = v.shape
+    if out is None:
+        out = np.zeros((n, stride or d), dtype=np.int8)
+    for lo in range(0, n, QUANTISE_CHUNK):
+        x = v[lo:lo + QUANTISE_CHUNK].astype(np.float64)
+        top = np.abs(x).max(axis=1, initial=0.0)
+        scale = np.divide(CODE_MAX, top, out=np.zeros_like(top), where=top > 0)
+        np.multiply(x, scale[:, None], out=x)
+        out[lo:lo + x.shape[0], :d] = np.rint(x, out=x)
+        out[lo:lo + x.shape[0], d:] = 0
     return out
 
 
@@ -293,14 +307,17 @@ class Grimoire:
         hits = np.flatnonzero(self.cols["id"] == entry_id)
         return int(hits[0]) if hits.size else -1
 
-    def insert(self, golem: np.ndarray, emb: np.ndarray, values: dict[str, np.ndarray],
-               unit: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def insert(self, golem: np.ndarray, emb: np.ndarray | None, values: dict[str, np.ndarray],
+               unit: bool = False, codes: np.ndarray | None = None,
+               number: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Write a batch of entries in the given order; returns (slots, ids).
 
         Full slabs evict their lowest importance*confidence*(1+salience) non-protected entry
         (archived ones first); a slab with nothing evictable refuses the write (slot -1). The
         embeddings are stored as `quantise` codes, which depend only on each row's direction, so
-        normalised (`unit`, bulk imports) and raw rows are stored alike.
+        normalised (`unit`, bulk imports) and raw rows are stored alike; `codes` gives the rows'
+        codes instead of `emb`. `number=False` leaves the stored rows' ids to the caller
+        (`insert_pieces`), with the id column of their slots written as -2 meanwhile.
         """
         golem = np.asarray(golem, dtype=np.int64)
         c = self.cols
@@ -311,8 +328,11 @@ class Grimoire:
         every = bool(ok.all())                      # the usual case: no row to drop
         n_ok = golem.size if every else int(ok.sum())
         ids = np.full(golem.size, -1, dtype=np.int64)
-        ids[ok] = self.next_id + np.arange(n_ok)
-        self.next_id += n_ok
+        if number:
+            ids[ok] = self.next_id + np.arange(n_ok)
+            self.next_id += n_ok
+        else:
+            ids[ok] = -2
         s = slots if every else slots[ok]
 
         def kept(v):
@@ -330,9 +350,41 @@ class Grimoire:
         c["id"][s] = kept(ids)
         for name, v in values.items():
             c[name][s] = kept(np.asarray(v)) if np.ndim(v) else v
-        self.codes[s] = quantise(kept(emb), self.codes.shape[1])
+        if codes is not None:
+            self.codes[s] = kept(codes)
+        elif every and s.size and s[-1] - s[0] == s.size - 1 and (np.diff(s) == 1).all():
+            quantise(emb, self.codes.shape[1], out=self.codes[s[0]:s[-1] + 1])   # a bulk import: in place
+        else:
+            self.codes[s] = quantise(kept(emb), self.codes.shape[1])
         if self.on_insert is not None and s.size:
             self.on_insert(s)
+        return slots, ids
+
+    def insert_pieces(self, golem: np.ndarray, rows, max_rows: int = PIECE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+        """`insert` of one large batch (a Clade push reaching every sibling at once: at 1,000
+        Golems a Clade, ~10^6 copies an instant), in pieces of whole Golems so its temporaries stay
+        bounded: each Golem's rows go into one piece in batch order, and the stored rows are
+        numbered in batch order over all pieces, so slots, ids and the arena are those of one
+        insert. `rows(idx)` gives (codes, values) for the batch rows idx (ascending)."""
+        golem = np.asarray(golem, dtype=np.int64)
+        if golem.size <= max_rows:
+            codes, values = rows(np.arange(golem.size))
+            return self.insert(golem, None, values, codes=codes)
+        per = np.bincount(golem, minlength=self.n_golems)
+        piece = ((np.cumsum(per) - per) // max_rows)[golem]      # Golems in id order, ~max_rows rows a piece
+        order = np.argsort(piece, kind="stable")
+        bounds = np.searchsorted(piece[order], np.arange(int(piece.max()) + 2))
+        slots = np.empty(golem.size, dtype=np.int64)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if hi > lo:
+                idx = order[lo:hi]                                # ascending: argsort is stable
+                codes, values = rows(idx)
+                slots[idx] = self.insert(golem[idx], None, values, codes=codes, number=False)[0]
+        ok = slots >= 0
+        ids = np.full(golem.size, -1, dtype=np.int64)
+        ids[ok] = self.next_id + np.arange(int(ok.sum()))
+        self.next_id += int(ok.sum())
+        self.cols["id"][slots[ok]] = ids[ok]
         return slots, ids
 
     def unit_pad(self, slots: np.ndarray) -> np.ndarray:

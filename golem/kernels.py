@@ -413,9 +413,10 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     tmp_b = carray(_stack_f64(), BLOCK)
     emo_b = carray(_stack_f64(), BLOCK)
     pv_b = carray(_stack_f64(), BLOCK)
-    sc_b = carray(_stack_f64(), BLOCK)
+    sv_b = carray(_stack_f64(), BLOCK)
     sh_b = carray(_stack_f64(), BLOCK)
     nn_b = carray(_stack_f64(), BLOCK)
+    ch_b = carray(_stack_f64(), BLOCK)
     ok_b = carray(_stack_bool(), BLOCK)
     cf_b = carray(_stack_bool(), BLOCK)
     floor = min_conf >= 0.0
@@ -501,34 +502,43 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         xlr = last_react_ms[s0:s0 + m]
         ximp = importance[s0:s0 + m]
         xsal = sal[s0:s0 + m]
+        # 2a: eligibility and the temporal factor
         for j in range(m):
             tg = xtag[j]
-            tp, ta, td = np.float64(xp[j]), np.float64(xa[j]), np.float64(xd[j])
-            pv = tp if tg else 0.0
+            pv = np.float64(xp[j]) if tg else 0.0
             age = np.float64(now_ms - xla[j])
             ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
-            ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+            ok_b[j] = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+            tmp_b[j] = exp2(age * lg2_per_ms)
+        # 2b: the charge left (padm.emotional_intensity_at / charge), kept apart so each loop
+        # holds few registers and the CPU overlaps more of its iterations
+        if charge_fading:
+            for j in range(m):
+                i0j = np.float64(xi0[j])
+                base = i0j * exp2(np.float64(xcr[j] - now_ms) * inv_hl)
+                rboost = react_boost * exp2(np.float64(xlr[j] - now_ms) * inv_hl)
+                inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
+                ch_b[j] = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
+        # 2c: semantic and emotional factors, the scores
+        for j in range(m):
+            tg = xtag[j]
+            ok = ok_b[j]
+            tp, ta, td = np.float64(xp[j]), np.float64(xa[j]), np.float64(xd[j])
+            pv = tp if tg else 0.0
             sem = _semantic(dot_b[j], nrm_b[j], qs)
             # padm.pad_cosine_safe(tag, pad), operation for operation
             dt = tp * cp + ta * ca + td * cd
             pc = (dt / (max(np.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn) + 1.0) / 2.0
             if charge_fading:
-                i0j = np.float64(xi0[j])
-                base = i0j * exp2(np.float64(xcr[j] - now_ms) * inv_hl)
-                rboost = react_boost * exp2(np.float64(xlr[j] - now_ms) * inv_hl)
-                inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
-                ch = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
-                pc = 0.5 + (pc - 0.5) * ch
+                pc = 0.5 + (pc - 0.5) * ch_b[j]
             emo = pc if tg else 0.5
-            tmp = exp2(age * lg2_per_ms)
-            score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
-            ok_b[j] = ok
+            score = w0 * sem + w1 * tmp_b[j] + w2 * np.float64(ximp[j]) + w3 * emo
+            sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
             sem_b[j] = sem
             pv_b[j] = pv if ok else 0.0
             emo_b[j] = emo if ok else 0.0
-            tmp_b[j] = tmp
-            sc_b[j] = score if ok else -np.inf
-            sh_b[j] = score * (1.0 + np.float64(xsal[j]) * sal_cap) if ok else -np.inf
+            sv_b[j] = (sh if live else score) if ok else -np.inf
+            sh_b[j] = sh if ok else -np.inf
             nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
         # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
         for j in range(m, mpad):
@@ -553,7 +563,6 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             best_sem = max(best_sem, sem_b[j] if ok_b[j] else -np.inf)
         # pass 3b: best non-negative entry and the two top-k lists, in slot order; one branch
         # per entry, taken only by entries that beat a current best (rare, predictable)
-        sv_b = sh_b if live else sc_b
         t1 = best_nn_score
         t2 = top_v[k - 1]
         t3 = sh_v[k - 1]

@@ -292,3 +292,40 @@ def test_eviction_drops_the_evicted_entries_side_records_only():
     for side in (gr.phrases, gr.links, gr.recall_when):
         assert 1 not in side and set(side) == {0, 2, 3, 4}
     assert list(gr.phrases) == [0, 2, 3, 4]           # the others keep their order
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 6), st.integers(0, 40), st.integers(1, 7))
+def test_insert_in_pieces_is_one_insert(seed, n_golems, cap, batch, max_rows):
+    """A large batch inserted in pieces of whole Golems (`insert_pieces`, a Clade push's copies)
+    gives the slots, ids, columns and codes of one insert of the whole batch, refusals included."""
+    rng = np.random.default_rng(seed)
+    arenas = [gm.Grimoire(n_golems, cap, 4) for _ in range(2)]
+    pre = int(rng.integers(0, n_golems * cap + 1))
+    pre_rows = (rng.integers(0, n_golems, pre), rng.normal(size=(pre, 4)), dict(
+        importance=rng.choice([0.1, 0.5, 0.9], pre).astype(np.float32),
+        salience=rng.choice([0.0, 0.3, 0.9], pre).astype(np.float32),
+        decay_class=rng.integers(0, 4, pre).astype(np.int8)))
+    golem = rng.integers(0, n_golems, batch)
+    codes = gm.quantise(rng.normal(size=(batch, 4)), 32)
+    imp = rng.choice([0.05, 0.5, 0.95], batch).astype(np.float32)
+    sal = rng.choice([0.0, 0.8], batch).astype(np.float32)
+
+    def rows(idx):
+        return codes[idx], dict(importance=imp[idx], salience=sal[idx], created_ms=7)
+    got = []
+    for gr, pieces in zip(arenas, (False, True)):
+        if pre:
+            gr.insert(*pre_rows)
+        if pieces:
+            got.append(gr.insert_pieces(golem, rows, max_rows=max_rows))
+        else:
+            got.append(gr.insert(golem, None, rows(np.arange(batch))[1], codes=codes))
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)
+    one, split = arenas
+    assert one.next_id == split.next_id
+    np.testing.assert_array_equal(one.codes, split.codes)
+    np.testing.assert_array_equal(one.count, split.count)
+    for k in one.cols:
+        np.testing.assert_array_equal(one.cols[k], split.cols[k], err_msg=k)
