@@ -360,16 +360,18 @@ class Grimoire:
             self.on_insert(s)
         return slots, ids
 
-    def insert_pieces(self, golem: np.ndarray, rows, max_rows: int = PIECE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    def insert_pieces(self, golem: np.ndarray, rows, max_rows: int = PIECE_ROWS,
+                      number: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """`insert` of one large batch (a Clade push reaching every sibling at once: at 1,000
         Golems a Clade, ~10^6 copies an instant), in pieces of whole Golems so its temporaries stay
         bounded: each Golem's rows go into one piece in batch order, and the stored rows are
         numbered in batch order over all pieces, so slots, ids and the arena are those of one
-        insert. `rows(idx)` gives (codes, values) for the batch rows idx (ascending)."""
+        insert. `rows(idx)` gives (codes, values) for the batch rows idx (ascending). `number=False`:
+        the caller numbers the stored rows (as `insert`; the ids returned are then -2)."""
         golem = np.asarray(golem, dtype=np.int64)
         if golem.size <= max_rows:
             codes, values = rows(np.arange(golem.size))
-            return self.insert(golem, None, values, codes=codes)
+            return self.insert(golem, None, values, codes=codes, number=number)
         per = np.bincount(golem, minlength=self.n_golems)
         piece = ((np.cumsum(per) - per) // max_rows)[golem]      # Golems in id order, ~max_rows rows a piece
         order = np.argsort(piece, kind="stable")
@@ -382,6 +384,9 @@ class Grimoire:
                 slots[idx] = self.insert(golem[idx], None, values, codes=codes, number=False)[0]
         ok = slots >= 0
         ids = np.full(golem.size, -1, dtype=np.int64)
+        if not number:
+            ids[ok] = -2
+            return slots, ids
         ids[ok] = self.next_id + np.arange(int(ok.sum()))
         self.next_id += int(ok.sum())
         self.cols["id"][slots[ok]] = ids[ok]
