@@ -101,6 +101,8 @@ class Cohort:
 
 #: prefill entries drawn and inserted at a time (`World._prefill`)
 PREFILL_CHUNK = 1 << 16
+#: receivers whose jitter `World.push` draws in one call
+PUSH_DRAWS = 1 << 16
 
 #: SimPy priority below NORMAL (1): the flusher runs after every other event of its instant, so a
 #: flush (and the checkpoint taken with it) always sees whole time steps, in a run and in its resume.
@@ -425,12 +427,17 @@ class World:
                 sent.append((push, cl, sibs))
         if not sent:
             return
-        # every receiver's jitter draw at once: the draws are elementwise (counter-based), so
-        # one call gives each (receiver, entry) pair the same number as a call per push
-        sizes = [sibs.size for _, _, sibs in sent]
-        u_all = hash_uniform_array(self.seed, np.concatenate([sibs for _, _, sibs in sent]),
-                                   np.repeat([push["entry_id"] for push, _, _ in sent], sizes), 11)
-        for (push, cl, sibs), u in zip(sent, np.split(u_all, np.cumsum(sizes)[:-1])):
+        # the receivers' jitter draws a group of pushes at a time (~PUSH_DRAWS receivers): the draws
+        # are elementwise (counter-based), so one call gives each (receiver, entry) pair the same
+        # number as a call per push, and a push wave of 1,000-Golem Clades (~10^6 receivers each)
+        # never holds all its draws at once
+        groups, start, count = [], 0, 0
+        for i, (_, _, sibs) in enumerate(sent):
+            count += sibs.size
+            if count >= PUSH_DRAWS or i == len(sent) - 1:
+                groups.append(sent[start:i + 1])
+                start, count = i + 1, 0
+        for (push, cl, sibs), u in ((x, u) for grp in groups for x, u in zip(grp, self._jitter_draws(grp))):
             sender = push["sender"]
             entry = cladem.capture(self.gr, push["slot"])
             lat, jit = self.latency[cl]
@@ -442,6 +449,13 @@ class World:
                 arrivals.setdefault(t, []).append((sender, entry, push["alert_type"], sibs[at], delays[at]))
         for t, parcels in arrivals.items():   # insertion order: first arrival of each instant
             self.at(t).callbacks.append(Delivery(self, parcels))
+
+    def _jitter_draws(self, sent: list[tuple]) -> list[np.ndarray]:
+        """The uniform jitter draw of each receiver of each push of `sent`, one call for all."""
+        sizes = [sibs.size for _, _, sibs in sent]
+        u = hash_uniform_array(self.seed, np.concatenate([sibs for _, _, sibs in sent]),
+                               np.repeat([push["entry_id"] for push, _, _ in sent], sizes), 11)
+        return np.split(u, np.cumsum(sizes)[:-1])
 
     def deliver(self, parcels: list[tuple]) -> None:
         """Pushes arrive: the living siblings store the copies and feel the contagion."""
