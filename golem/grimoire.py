@@ -244,6 +244,9 @@ class Embeddings:
     def copy(self) -> np.ndarray:
         return self[:]
 
+    def astype(self, dtype) -> np.ndarray:
+        return self[:].astype(dtype)
+
 
 @dataclass
 class Grimoire:
