@@ -41,49 +41,84 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     `parcels` is a list of (sender, entry, alert_type, receivers, latency_ms) in arrival order;
     the receivers of one parcel are distinct, so a parcel is one vectorised step, and parcels are
     applied in order (a receiver hit twice feels the second push on top of the first, and the
-    copy's confidence uses its arousal at that moment). All copies go into the Grimoire in one
-    insert, in the same order as one-by-one inserts would. The copy keeps the sender's emotional
-    tag (it is the sender's feeling that travels); its confidence is the 'inherited' source (0.6)
-    times the receiver's arousal encoding factor. Returns the number of deliveries and, when
-    `rows` (someone records them), their `contagion` events as columns, one row per delivery in
-    delivery order (the recorder formats the payload); the `entries` rows of the stored copies
-    go to `mind.pending_entries`.
+    copy's confidence uses its arousal at that moment). The copies are stored as one insert of
+    all of them in delivery order would store them (slots, and ids numbered in delivery order),
+    Clade by Clade (receivers are the sender's siblings, so Clades share no Golem) and in pieces
+    of whole receivers (`Grimoire.insert_pieces`): a push wave of a 1,000-Golem Clade is ~10^6
+    copies an instant, and only one Clade's are held at a time. The copy keeps the sender's
+    emotional tag (it is the sender's feeling that travels); its confidence is the 'inherited'
+    source (0.6) times the receiver's arousal encoding factor. Returns the number of deliveries
+    and, when `rows` (someone records them), their `contagion` events as columns, one row per
+    delivery in delivery order (the recorder formats the payload); the `entries` rows of the
+    stored copies go to `mind.pending_entries`.
     """
     gr, pop, cfg = mind.gr, mind.pop, mind.cfg
-    staged = []
-    for sender, entry, alert_type, recv, latency_ms in parcels:
-        tag = np.array([entry["p"], entry["a"], entry["d"]]) if entry["has_tag"] else np.zeros(3)
-        before = pop.pad[recv]                      # fancy indexing: a copy
-        after = before.copy()
-        after[:, :2] = np.clip(before[:, :2] + tag[:2] * attenuation, -1.0, 1.0)   # D is sovereign
-        pop.pad[recv] = after
-        conf = gm.initial_confidence_batch(cfg.confidence.inherited, before[:, 1], cfg.arousal.encoding_peak,
-                                           cfg.arousal.encoding_width)
-        staged.append((sender, entry, alert_type, recv, latency_ms, tag, before, after, conf))
-    if not staged:
+    if not parcels:
         return 0, []
-    n = [len(s[3]) for s in staged]
-    values = {k: np.repeat([s[1][k] for s in staged], n) for k in FIELDS if k != "id"}
-    recv_all = np.concatenate([s[3] for s in staged])
-    sender_all = np.repeat([s[0] for s in staged], n)
-    values.update(created_ms=np.full(recv_all.size, now_ms), last_access_ms=np.full(recv_all.size, now_ms),
-                  provenance=sender_all, curator_weight=np.ones(recv_all.size),
-                  confidence=np.concatenate([s[8] for s in staged]))
-    # normalised once per pushed entry, not once per copy (row-wise, so the same bits)
-    emb = normalise(np.stack([s[1]["emb"] for s in staged]))
-    slots, ids = gr.insert(recv_all, np.repeat(emb, n, axis=0), values, unit=True)
+    groups: dict[int, list[int]] = {}
+    for i, parcel in enumerate(parcels):
+        groups.setdefault(int(pop.clade[parcel[0]]), []).append(i)
+    staged: list = [None] * len(parcels)
+    slots_of: list = [None] * len(parcels)       # per parcel: the slot of each delivery (-1 refused)
+    for members in groups.values():
+        part = []
+        for i in members:
+            sender, entry, alert_type, recv, latency_ms = parcels[i]
+            tag = np.array([entry["p"], entry["a"], entry["d"]]) if entry["has_tag"] else np.zeros(3)
+            before = pop.pad[recv]                      # fancy indexing: a copy
+            after = before.copy()
+            after[:, :2] = np.clip(before[:, :2] + tag[:2] * attenuation, -1.0, 1.0)   # D is sovereign
+            pop.pad[recv] = after
+            conf = gm.initial_confidence_batch(cfg.confidence.inherited, before[:, 1], cfg.arousal.encoding_peak,
+                                               cfg.arousal.encoding_width)
+            part.append((sender, entry, alert_type, recv, latency_ms, tag, before, after, conf))
+        n = [len(x[3]) for x in part]
+        at = np.repeat(np.arange(len(part)), n)      # the parcel (within this Clade) of each delivery
+        sender_all = np.array([x[0] for x in part], dtype=np.int64)[at]
+        conf_all = np.concatenate([x[8] for x in part])
+        per_parcel = {k: np.array([x[1][k] for x in part]) for k in FIELDS if k != "id"}
+        # normalised and quantised once per pushed entry, not once per copy (row-wise: the same codes)
+        codes = gm.quantise(normalise(np.stack([x[1]["emb"] for x in part])), gr.codes.shape[1])
+
+        def copy_rows(idx, at=at, sender_all=sender_all, conf_all=conf_all, per_parcel=per_parcel, codes=codes):
+            """Codes and column values of the copies at this Clade's delivery rows idx."""
+            values = {k: v[at[idx]] for k, v in per_parcel.items()}
+            values.update(created_ms=now_ms, last_access_ms=now_ms, provenance=sender_all[idx], curator_weight=1.0,
+                          confidence=conf_all[idx])
+            return codes[at[idx]], values
+
+        slots = gr.insert_pieces(np.concatenate([x[3] for x in part]), copy_rows, number=False)[0]
+        for i, x, piece in zip(members, part, np.split(slots, np.cumsum(n)[:-1])):
+            slots_of[i] = piece
+            staged[i] = x if rows else None
+    # ids in delivery order over all Clades, as one insert numbers them
+    ids_of = []
+    for piece in slots_of:
+        ok = piece >= 0
+        ids = np.full(piece.size, -1, dtype=np.int64)
+        ids[ok] = gr.next_id + np.arange(int(ok.sum()))
+        gr.next_id += int(ok.sum())
+        gr.cols["id"][piece[ok]] = ids[ok]
+        ids_of.append(ids)
+    total = sum(len(p[3]) for p in parcels)
+    if not rows:
+        return total, None
+    n = [len(x[3]) for x in staged]
+    at = np.repeat(np.arange(len(staged)), n)      # the parcel of each delivery
+    recv_all = np.concatenate([x[3] for x in staged])
+    sender_all = np.array([x[0] for x in staged], dtype=np.int64)[at]
+    slots, ids = np.concatenate(slots_of), np.concatenate(ids_of)
     stored = slots >= 0
     if stored.any():
-        copies = {k: v[stored] for k, v in values.items()}
-        topics = np.repeat(np.array([mind.topic_name(int(s[1]["topic"])) for s in staged], dtype=object), n)
         k = int(stored.sum())
+        copies = {k_: np.array([x[1][k_] for x in staged])[at][stored] for k_ in FIELDS if k_ != "id"}
+        copies.update(created_ms=np.full(k, now_ms), last_access_ms=np.full(k, now_ms), provenance=sender_all[stored],
+                      curator_weight=np.ones(k), confidence=np.concatenate([x[8] for x in staged])[stored])
+        topics = np.repeat(np.array([mind.topic_name(int(x[1]["topic"])) for x in staged], dtype=object), n)
         copies.update(id=ids[stored], slot=slots[stored], golem=recv_all[stored], clade=pop.clade[recv_all[stored]],
-                    topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
-                    event_kind=np.full(k, "", dtype=object))
+                      topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
+                      event_kind=np.full(k, "", dtype=object))
         mind.pending_entries.append(copies)
-    if not rows:
-        return recv_all.size, None
-    at = np.repeat(np.arange(len(staged)), n)      # the parcel of each delivery
     kinds = [(alert_type, signal_type(alert_type, gm.CATEGORIES[int(entry["category"])], float(tag[0])))
              for _, entry, alert_type, _, _, tag, *_ in staged]
     before = np.concatenate([s[6] for s in staged])

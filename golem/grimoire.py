@@ -1,10 +1,14 @@
 """The Grimoire: a columnar arena of memory entries for a whole population (SPEC §3).
 
 Shape: one slab of `capacity` slots per Golem (rows g*cap .. g*cap+cap), every field a column,
-embeddings one contiguous float32 block stored unit-normalised at insert. A retrieval scans its
-Golem's slab front to back, so scoring rides on one memory stream. Evicting overwrites a slot in
-place; the slab never moves. Sparse, rarely-set fields (reflex phrases, links) live in dicts keyed
-by entry id so that memory per entry stays O(d).
+embeddings one contiguous block of int8 codes (`quantise`: the direction of the vector, rounded so
+its largest component is +-127). A retrieval scans its Golem's slab front to back, so scoring
+rides on one memory stream; at d = 64 an entry is 64 bytes of codes and ~140 of columns, against
+256 + 165 with float32 embeddings (docs/performance.md: what the rounding does to scores;
+docs/decisions.md: why int8). Evicting overwrites a slot in place; the slab never moves, and an
+entry is never removed from its slot, only replaced or archived, so every slot below a slab's
+count holds an entry. Sparse, rarely-set fields (reflex phrases, links) live in dicts keyed by
+entry id so that memory per entry stays O(d).
 """
 from __future__ import annotations
 
@@ -15,7 +19,6 @@ import numpy as np
 from numba import njit, prange
 
 from golem import pad as padm
-from golem.context import normalise
 
 CATEGORIES = ("episode", "insight", "heuristic", "warning", "opportunity", "lesson", "death_reflection")
 DECAY_CLASSES = ("ephemeral", "tactical", "regime_conditional", "structural")
@@ -151,7 +154,6 @@ _COLUMNS: dict[str, type] = {
     "category": np.int8, "topic": np.int32, "scope": np.int32, "kind": np.int16,
     "confidence": np.float32, "importance": np.float32, "salience": np.float32, "decay_class": np.int8,
     "has_tag": np.bool_, "p": np.float32, "a": np.float32, "d": np.float32,
-    "up": np.float64, "ua": np.float64, "ud": np.float64,  # unit PAD of the tag (0 when untagged)
     "i0": np.float32, "emotion": np.int8, "reactivated": np.bool_, "react_count": np.int16,
     "last_react_ms": np.int64, "label": np.int8, "attribution": np.int8, "arousal_bias": np.bool_,
     "flashbulb": np.bool_, "provenance": np.int32, "access_count": np.int32, "acted_on_count": np.int32,
@@ -162,6 +164,90 @@ _COLUMNS: dict[str, type] = {
 }
 
 
+#: codes per row are padded with zeros to a multiple of this (the retrieval kernel reads 32 at a time)
+CODE_ALIGN = 32
+#: the largest code: a stored vector's largest component is rounded to +-127
+CODE_MAX = 127
+
+
+#: rows `quantise` converts at a time
+QUANTISE_CHUNK = 1 << 14
+#: rows per piece of `Grimoire.insert_pieces`
+PIECE_ROWS = 1 << 16
+
+
+def code_stride(dim: int) -> int:
+    return -(-dim // CODE_ALIGN) * CODE_ALIGN
+
+
+def quantise(v: np.ndarray, stride: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """int8 codes of the rows of v: round(v * 127 / max|v|) per row (half to even), zero-padded to
+    `stride` columns. Only the direction is kept (a retrieval scores the cosine of the codes), so
+    rows need not be normalised; a zero row gives zero codes. Decoding and quantising again gives
+    the same codes (a Clade copy or a lesson framed on an entry inherits its codes exactly).
+    Rows are taken in chunks (a bulk import's float64 temporaries stay small); `out`: write the
+    codes there (rows x stride int8) instead of a new array."""
+    v = np.asarray(v)
+    if v.ndim == 1:
+        return quantise(v[None, :], stride)[0]
+    n, d = v.shape
+    if out is None:
+        out = np.zeros((n, stride or d), dtype=np.int8)
+    for lo in range(0, n, QUANTISE_CHUNK):
+        x = v[lo:lo + QUANTISE_CHUNK].astype(np.float64)
+        top = np.abs(x).max(axis=1, initial=0.0)
+        scale = np.divide(CODE_MAX, top, out=np.zeros_like(top), where=top > 0)
+        np.multiply(x, scale[:, None], out=x)
+        out[lo:lo + x.shape[0], :d] = np.rint(x, out=x)
+        out[lo:lo + x.shape[0], d:] = 0
+    return out
+
+
+def decode(codes: np.ndarray, dim: int) -> np.ndarray:
+    """Unit float32 vectors of int8 code rows (zero for zero codes)."""
+    c = np.asarray(codes)[..., :dim].astype(np.float64)
+    n = np.sqrt((c * c).sum(axis=-1, keepdims=True))
+    return np.divide(c, n, out=np.zeros_like(c), where=n > 0).astype(np.float32)
+
+
+class Embeddings:
+    """The stored embeddings as float32 unit vectors (decoded from `Grimoire.codes` on reading;
+    assigning quantises). What the rest of the mind reads where it needs an entry's vector."""
+
+    def __init__(self, gr: "Grimoire"):
+        self._gr = gr
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self._gr.codes.shape[0], self._gr.dim)
+
+    @property
+    def nbytes(self) -> int:
+        return self._gr.codes.nbytes
+
+    def __len__(self) -> int:
+        return self._gr.codes.shape[0]
+
+    def __getitem__(self, idx) -> np.ndarray:
+        return decode(self._gr.codes[idx], self._gr.dim)
+
+    def __setitem__(self, idx, v) -> None:
+        v = np.asarray(v, dtype=np.float64)
+        rows = self._gr.codes[idx]
+        self._gr.codes[idx] = quantise(np.broadcast_to(v, rows.shape[:-1] + (self._gr.dim,)).reshape(-1, self._gr.dim),
+                                       rows.shape[-1]).reshape(rows.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+    def copy(self) -> np.ndarray:
+        return self[:]
+
+    def astype(self, dtype) -> np.ndarray:
+        return self[:].astype(dtype)
+
+
 @dataclass
 class Grimoire:
     """Entries x fields for `n_golems` Golems, `capacity` slots each."""
@@ -170,7 +256,7 @@ class Grimoire:
     capacity: int
     dim: int
     cols: dict[str, np.ndarray] = field(init=False)
-    emb: np.ndarray = field(init=False)
+    codes: np.ndarray = field(init=False)      # (slots, code_stride(dim)) int8, see `quantise`
     count: np.ndarray = field(init=False)
     next_id: int = 0
     recall_when: dict[int, tuple[str, ...]] = field(default_factory=dict)
@@ -189,7 +275,7 @@ class Grimoire:
         self.cols["provenance"][:] = -1
         self.cols["last_reflex_ms"][:] = np.iinfo(np.int64).min // 2
         self.cols["curator_weight"][:] = 1.0
-        self.emb = np.zeros((n, self.dim), dtype=np.float32)
+        self.codes = np.zeros((n, code_stride(self.dim)), dtype=np.int8)
         self.count = np.zeros(self.n_golems, dtype=np.int64)
         self.fp = np.zeros((n, 160), dtype=np.uint64) if self.fingerprints else None
         # the times of an entry's last `act_ring` acts, a ring indexed by acted_on_count: the
@@ -202,8 +288,13 @@ class Grimoire:
             return cols[name]
         raise AttributeError(name)
 
+    @property
+    def emb(self) -> Embeddings:
+        """The embeddings as float32 unit vectors (decoded on reading, quantised on assigning)."""
+        return Embeddings(self)
+
     def bytes_per_entry(self) -> float:
-        total = (self.emb.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_ms.nbytes
+        total = (self.codes.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_ms.nbytes
                  + (self.fp.nbytes if self.fp is not None else 0))
         return total / (self.n_golems * self.capacity)
 
@@ -219,14 +310,17 @@ class Grimoire:
         hits = np.flatnonzero(self.cols["id"] == entry_id)
         return int(hits[0]) if hits.size else -1
 
-    def insert(self, golem: np.ndarray, emb: np.ndarray, values: dict[str, np.ndarray],
-               unit: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def insert(self, golem: np.ndarray, emb: np.ndarray | None, values: dict[str, np.ndarray],
+               unit: bool = False, codes: np.ndarray | None = None,
+               number: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Write a batch of entries in the given order; returns (slots, ids).
 
         Full slabs evict their lowest importance*confidence*(1+salience) non-protected entry
-        (archived ones first); a slab with nothing evictable refuses the write (slot -1).
-        `unit`: the rows are already `context.normalise` output (bulk imports normalise as they draw,
-        without an N x d float64 copy).
+        (archived ones first); a slab with nothing evictable refuses the write (slot -1). The
+        embeddings are stored as `quantise` codes, which depend only on each row's direction, so
+        normalised (`unit`, bulk imports) and raw rows are stored alike; `codes` gives the rows'
+        codes instead of `emb`. `number=False` leaves the stored rows' ids to the caller
+        (`insert_pieces`), with the id column of their slots written as -2 meanwhile.
         """
         golem = np.asarray(golem, dtype=np.int64)
         c = self.cols
@@ -237,8 +331,11 @@ class Grimoire:
         every = bool(ok.all())                      # the usual case: no row to drop
         n_ok = golem.size if every else int(ok.sum())
         ids = np.full(golem.size, -1, dtype=np.int64)
-        ids[ok] = self.next_id + np.arange(n_ok)
-        self.next_id += n_ok
+        if number:
+            ids[ok] = self.next_id + np.arange(n_ok)
+            self.next_id += n_ok
+        else:
+            ids[ok] = -2
         s = slots if every else slots[ok]
 
         def kept(v):
@@ -256,28 +353,63 @@ class Grimoire:
         c["id"][s] = kept(ids)
         for name, v in values.items():
             c[name][s] = kept(np.asarray(v)) if np.ndim(v) else v
-        self.emb[s] = kept(emb) if unit else normalise(kept(np.asarray(emb, dtype=np.float64)))
-        self._stamp_unit_pad(s)
+        if codes is not None:
+            self.codes[s] = kept(codes)
+        elif every and s.size and s[-1] - s[0] == s.size - 1 and (np.diff(s) == 1).all():
+            quantise(emb, self.codes.shape[1], out=self.codes[s[0]:s[-1] + 1])   # a bulk import: in place
+        else:
+            self.codes[s] = quantise(kept(emb), self.codes.shape[1])
         if self.on_insert is not None and s.size:
             self.on_insert(s)
         return slots, ids
 
-    def _stamp_unit_pad(self, s: np.ndarray) -> None:
-        """Precompute the unit PAD vector of each tag (0 for untagged), so cosine is a dot product."""
+    def insert_pieces(self, golem: np.ndarray, rows, max_rows: int = PIECE_ROWS,
+                      number: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """`insert` of one large batch (a Clade push reaching every sibling at once: at 1,000
+        Golems a Clade, ~10^6 copies an instant), in pieces of whole Golems so its temporaries stay
+        bounded: each Golem's rows go into one piece in batch order, and the stored rows are
+        numbered in batch order over all pieces, so slots, ids and the arena are those of one
+        insert. `rows(idx)` gives (codes, values) for the batch rows idx (ascending). `number=False`:
+        the caller numbers the stored rows (as `insert`; the ids returned are then -2)."""
+        golem = np.asarray(golem, dtype=np.int64)
+        if golem.size <= max_rows:
+            codes, values = rows(np.arange(golem.size))
+            return self.insert(golem, None, values, codes=codes, number=number)
+        per = np.bincount(golem, minlength=self.n_golems)
+        piece = ((np.cumsum(per) - per) // max_rows)[golem]      # Golems in id order, ~max_rows rows a piece
+        order = np.argsort(piece, kind="stable")
+        bounds = np.searchsorted(piece[order], np.arange(int(piece.max()) + 2))
+        slots = np.empty(golem.size, dtype=np.int64)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if hi > lo:
+                idx = order[lo:hi]                                # ascending: argsort is stable
+                codes, values = rows(idx)
+                slots[idx] = self.insert(golem[idx], None, values, codes=codes, number=False)[0]
+        ok = slots >= 0
+        ids = np.full(golem.size, -1, dtype=np.int64)
+        if not number:
+            ids[ok] = -2
+            return slots, ids
+        ids[ok] = self.next_id + np.arange(int(ok.sum()))
+        self.next_id += int(ok.sum())
+        self.cols["id"][slots[ok]] = ids[ok]
+        return slots, ids
+
+    def unit_pad(self, slots: np.ndarray) -> np.ndarray:
+        """(n, 3) unit PAD vectors of the entries' tags (0 for untagged ones), float64: what the
+        alternative retrieval profiles take the PAD cosine with. The four-factor kernel computes
+        the cosine from p, a, d itself (`padm.pad_cosine_safe`'s operations)."""
         c = self.cols
-        p, a, d = (c[k][s].astype(np.float64) for k in "pad")
+        p, a, d = (c[k][slots].astype(np.float64) for k in "pad")
         n = np.maximum(np.sqrt(p * p + a * a + d * d), 1e-8)
-        tagged = c["has_tag"][s]
-        c["up"][s] = np.where(tagged, p / n, 0.0)
-        c["ua"][s] = np.where(tagged, a / n, 0.0)
-        c["ud"][s] = np.where(tagged, d / n, 0.0)
+        tagged = c["has_tag"][slots]
+        return np.stack([np.where(tagged, x / n, 0.0) for x in (p, a, d)], axis=-1)
 
     def set_tag_pad(self, slots: np.ndarray, p=None, a=None, d=None) -> None:
-        """Change tag components (e.g. REM depotentiation of arousal) and refresh unit vectors."""
+        """Change tag components (e.g. REM depotentiation of arousal)."""
         for k, v in (("p", p), ("a", a), ("d", d)):
             if v is not None:
                 self.cols[k][slots] = v
-        self._stamp_unit_pad(np.asarray(slots))
 
 
 

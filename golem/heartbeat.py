@@ -387,7 +387,8 @@ class Mind:
         if cfg.retrieval.mode == "somatic_hdc":
             # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
             cu = s["mood"] / np.maximum(np.linalg.norm(s["mood"], axis=1, keepdims=True), 1e-8)
-            pc = (c["up"][safe] * cu[:, :1] + c["ua"][safe] * cu[:, 1:2] + c["ud"][safe] * cu[:, 2:3] + 1.0) / 2.0
+            u = gr.unit_pad(safe)
+            pc = (u[..., 0] * cu[:, :1] + u[..., 1] * cu[:, 1:2] + u[..., 2] * cu[:, 2:3] + 1.0) / 2.0
             served_emo = np.where(served, pc, 0.0)
         else:
             served_emo = np.where(served, res.factors[:, :, 3], 0.0)

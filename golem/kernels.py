@@ -1,7 +1,7 @@
 """numba kernels for the hot loops; each has a scalar reference it is tested against.
 
 `retrieve_batch` is the four-factor retrieval of SPEC §4.1 fused into one pass over each Golem's
-slab: eligibility, semantic dot product, temporal decay, charge-faded emotional factor, the served
+slab: eligibility, semantic factor, temporal decay, charge-faded emotional factor, the served
 top-k, the salience-ranked shadow top-k (§4.2), the eligible pool's statistics (§13) and the best
 non-negative entry for the anti-rumination guard (§4.3), and the pool's best semantic match (the
 novelty test of §5). With `live` the served ranking is the
@@ -9,22 +9,28 @@ salience-multiplied one (and equals the shadow).
 
 How it is fast and still exact (docs/performance.md has the measurements and the rejected variants):
 
-- The slab is walked in blocks of `BLOCK` entries. Per block, pass 1 computes the dot products
-  (SIMD within each embedding row; the row `PREFETCH_BYTES` ahead and the next block's entry
-  columns are prefetched, so loads stay in flight while the CPU computes), pass 2 the other
-  factors and the score of every entry of the block at once (SIMD across entries, branch-free:
-  an ineligible entry gets score -inf; the exponentials by `exp2` below instead of scalar libm
-  calls), pass 3 the pool sums and, for the few entries that beat a current best, the top-k
-  insertions (a SIMD test skips the scalar walk for blocks with none, i.e. almost all of them).
-  The block's scratch lives on the stack (L1-resident, and provably distinct from the inputs, so
-  the compiler vectorises without runtime alias checks). The slab is read once.
-- The semantic dot product is accumulated in float64 (a float32 x float32 product is exact in
-  float64, so a fused multiply-add adds it without rounding) over 32 lanes, lane = t mod 32, each
-  lane in increasing t, combined in a fixed pairwise order, then the d mod 32 tail in order. The
-  order is written out as explicit vector IR (`_dot_lanes_row`), not left to the compiler or the
-  CPU's vector width, so results are the same on every machine, and
-  `golem.retrieval.semantic_dot` (the scalar reference) does exactly these additions in Python:
-  the semantic factors agree bit for bit.
+- The scan reads 123 bytes per entry at d = 64 (64 of int8 codes, 59 of columns; 4 more when a
+  confidence floor is asked for), the memory floor it runs against.
+- The semantic factor is the cosine of the stored codes (`golem.grimoire.quantise`) with the
+  query rounded to int16 codes (`query_codes`): sem = dot / (scale * sqrt(max(norm2, 1))), where
+  dot = sum codes x query codes and norm2 = sum codes^2 are integers, exact in int32 whatever the
+  order of the additions (|dot| <= d * 127 * `query_max(d)` < 2^31). So SIMD width, blocking and
+  threads cannot change a bit, and `golem.retrieval.semantic` (the scalar reference, Python
+  integers) gives the same float64. 16 rows at a time (`_dots16`): each row's codes widened to
+  int16 and multiplied in pairs (`pmaddwd`, fused into `vpdpwssd` where the CPU has it), then the
+  16 rows' lane sums reduced together by a transposing tree, so no row pays a horizontal sum.
+- The slab is walked in blocks of `BLOCK` entries. Per block, pass 1 computes the integer dot
+  products and norms (the codes `PREFETCH_BYTES` ahead and the next block's entry columns are
+  prefetched, so loads stay in flight while the CPU computes), pass 2 the factors and the score
+  of every entry of the block at once (SIMD across entries, branch-free: an ineligible entry gets
+  score -inf; the exponentials by `exp2` below instead of scalar libm calls), pass 3 the pool sums
+  and, for the few entries that beat a current best, the top-k insertions (a SIMD test skips the
+  scalar walk for blocks with none, i.e. almost all of them). The block's scratch lives on the
+  stack (L1-resident, and provably distinct from the inputs, so the compiler vectorises without
+  runtime alias checks). The slab is read once.
+- The emotional factor is `padm.pad_cosine_safe(tag, pad)`'s operations in its order (the tag's
+  norm per entry; nothing derived is stored), so it equals the reference bit for bit; charge
+  fading as in `padm.emotional_intensity_at`, by `exp2`.
 - `exp2` is a branch-free 2**x (round-to-nearest range reduction, degree-13 Taylor polynomial by
   FMA, exponent from bits) that vectorises; it is within 1 ulp of libm, so the temporal factor
   (0.995 ** hours = exp2(hours * log2 0.995)) and the charge decay differ from the reference's
@@ -34,122 +40,172 @@ How it is fast and still exact (docs/performance.md has the measurements and the
   they agree with a sequential sum to ~1e-15 relative.
 - `retrieve_batch_parallel` runs the same per-Golem function over numba's threads (prange over
   Golems: each reads its own slab and writes its own rows, so results do not depend on threads).
-- Untagged entries have unit PAD 0, so their emotional factor is 0.5 without a branch; the kernel
-  still forces 0.5 for them so a stale unit vector could not make it disagree with the reference.
+- Every slot below a slab's count holds an entry (`golem.grimoire`: entries are replaced, never
+  removed), so the scan does not read the id column; untagged entries get the emotional factor
+  0.5 and valence 0 whatever their p, a, d.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from llvmlite import binding as llb
 from llvmlite import ir
 from numba import carray, njit, prange
-from numba.core import cgutils, types
+from numba.core import cgutils, config, types
 from numba.extending import intrinsic
 
 # pool statistics columns
 POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE, POOL_BEST_SEMANTIC = range(6)
 POOL_COLUMNS = 6
 
-#: lanes of the semantic dot product (4 vectors of 8 float64)
-LANES = 32
-#: entries per block (scratch: 7 float64 + 1 bool arrays of BLOCK = 14.6 KB, L1-resident)
+#: entries per block (scratch: 7 float64, 2 int32 and 2 bool arrays of BLOCK = 16.9 KB, L1-resident)
 BLOCK = 256
-#: how far ahead of the row being scored its embedding is prefetched (keeps ~4 KB of loads in
-#: flight: bandwidth x latency; without it the dot-product pass reads at ~88 % of a plain stream)
-PREFETCH_BYTES = 4096
+#: rows whose dot products `_dots16` computes together
+ROWS = 16
+#: how far ahead of the row being scored its codes are prefetched (bandwidth x latency)
+PREFETCH_BYTES = 8192
 HOUR_MS = 3_600_000.0
+#: int8 codes per step of `_dots16` (one 64-byte vector of int16 after widening)
+CHUNK = 32
+
+
+def query_max(stride: int) -> int:
+    """The largest query code for rows of `stride` codes: int16, and small enough that a dot
+    product of 127-codes cannot leave int32 (d * 127 * q < 2^31; 32,767 for d <= 516)."""
+    return int(min(32767, (2**31 - 1) // (127 * max(stride, 1))))
 
 
 # ----------------------------------------------------------------------------- intrinsics
+def _host_features() -> set[str]:
+    feats = config.CPU_FEATURES if config.CPU_FEATURES is not None else llb.get_host_cpu_features().flatten()
+    return set(feats.split(","))
+
+
+#: pmaddwd on 512-bit vectors where the CPU has AVX-512 BW, on two 256-bit halves with AVX2, else
+#: plain vector IR (the same integers every way)
+_FEATURES = _host_features() if not config.CPU_NAME else set()
+_PMADD = "avx512" if "+avx512bw" in _FEATURES else ("avx2" if "+avx2" in _FEATURES else "generic")
+
+
 def _i32s(*idx):
     return ir.Constant(ir.VectorType(ir.IntType(32), len(idx)), list(idx))
 
 
-def _emit_row_s8(context, builder, eptr, qptr, dm):
-    """Emit the lane loop for one row: returns its <8 x double> s8 = (v0 + v1) + (v2 + v3), where
-    lane l of v_c holds the sum over t = 8c + l (mod 32), t < dm, in increasing t.
-
-    dm == 64 (the default embedding size) takes a straight-line copy of the same two steps."""
-    intp = context.get_value_type(types.intp)
-    f64v = ir.VectorType(ir.DoubleType(), 8)
-    f32v = ir.VectorType(ir.FloatType(), 8)
-    zero = ir.Constant(f64v, [0.0] * 8)
-    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64v, [f64v, f64v, f64v]), "llvm.fma.v8f64")
-
-    def step(i, accs):
-        out = []
-        for c, acc in enumerate(accs):
-            off = builder.add(i, ir.Constant(intp, 8 * c))
-            ve = builder.load(builder.bitcast(builder.gep(eptr, [off]), f32v.as_pointer()), align=4)
-            vq = builder.load(builder.bitcast(builder.gep(qptr, [off]), f64v.as_pointer()), align=8)
-            # fma(e, q, acc) == acc + e*q exactly: a float32 x float32 product is exact in float64
-            out.append(builder.call(fma, [builder.fpext(ve, f64v), vq, acc]))
-        return out
-
-    fast = builder.append_basic_block("dotl.d64")
-    check = builder.append_basic_block("dotl.check")
-    loop = builder.append_basic_block("dotl.loop")
-    done = builder.append_basic_block("dotl.done")
-    builder.cbranch(builder.icmp_signed("==", dm, ir.Constant(intp, 64)), fast, check)
-    builder.position_at_end(fast)
-    r64 = step(ir.Constant(intp, 32), step(ir.Constant(intp, 0), [zero] * 4))
-    fast_end = builder.block
-    builder.branch(done)
-    builder.position_at_end(check)
-    builder.cbranch(builder.icmp_signed(">", dm, ir.Constant(intp, 0)), loop, done)
-    builder.position_at_end(loop)
-    i = builder.phi(intp)
-    i.add_incoming(ir.Constant(intp, 0), check)
-    accs = [builder.phi(f64v) for _ in range(4)]
-    for acc in accs:
-        acc.add_incoming(zero, check)
-    news = step(i, accs)
-    nxt = builder.add(i, ir.Constant(intp, LANES))
-    i.add_incoming(nxt, loop)
-    for acc, new in zip(accs, news):
-        acc.add_incoming(new, loop)
-    builder.cbranch(builder.icmp_signed("<", nxt, dm), loop, done)
-    builder.position_at_end(done)
-    r = [builder.phi(f64v) for _ in news]
-    for ph, new, v64 in zip(r, news, r64):
-        ph.add_incoming(zero, check)
-        ph.add_incoming(new, loop)
-        ph.add_incoming(v64, fast_end)
-    return builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3]))
+def _pmadd(builder, a, b, how=None):
+    """<32 x i16> a, b -> <16 x i32>: lane l = a[2l] * b[2l] + a[2l+1] * b[2l+1] (exact)."""
+    how = how or _PMADD
+    i16 = ir.IntType(16)
+    if how == "avx512":
+        v = ir.VectorType(i16, 32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(ir.IntType(32), 16), [v, v]),
+                                            "llvm.x86.avx512.pmaddw.d.512")
+        return builder.call(fn, [a, b])
+    if how == "avx2":
+        v = ir.VectorType(i16, 16)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(ir.IntType(32), 8), [v, v]),
+                                            "llvm.x86.avx2.pmadd.wd")
+        lo, hi = _i32s(*range(16)), _i32s(*range(16, 32))
+        r0 = builder.call(fn, [builder.shuffle_vector(a, a, lo), builder.shuffle_vector(b, b, lo)])
+        r1 = builder.call(fn, [builder.shuffle_vector(a, a, hi), builder.shuffle_vector(b, b, hi)])
+        return builder.shuffle_vector(r0, r1, _i32s(*range(16)))
+    w = ir.VectorType(ir.IntType(32), 32)
+    prod = builder.mul(builder.sext(a, w), builder.sext(b, w))
+    return builder.add(builder.shuffle_vector(prod, prod, _i32s(*range(0, 32, 2))),
+                       builder.shuffle_vector(prod, prod, _i32s(*range(1, 32, 2))))
 
 
-def _dot_typing(emb, q64):
-    return (isinstance(emb, types.Array) and emb.dtype == types.float32 and emb.ndim == 2 and emb.layout == "C"
-            and isinstance(q64, types.Array) and q64.dtype == types.float64 and q64.ndim == 1 and q64.layout == "C")
+def _tree(builder, vs):
+    """ROWS vectors of 16 int32 lanes -> one vector whose lane r is the sum of vs[r]'s lanes: pairs
+    of vectors are folded level by level (adjacent lanes always belong to the same row)."""
+    ev, od = _i32s(*range(0, 32, 2)), _i32s(*range(1, 32, 2))
+    while len(vs) > 1:
+        vs = [builder.add(builder.shuffle_vector(x, y, ev), builder.shuffle_vector(x, y, od))
+              for x, y in zip(vs[0::2], vs[1::2])]
+    return vs[0]
 
 
-@intrinsic
-def _dot_lanes_row(typingctx, emb, row, q64, dm):
-    """float64 sum over t < dm of emb[row, t] * q64[t] in 32 lanes (t mod 32), combined pairwise.
+def _dots_intrinsic(how=None):
+    @intrinsic
+    def dots16(typingctx, codes, row0, qcodes, qrow, dbuf, nbuf, j0):
+        """dbuf[j0 + r] = sum_t codes[row0 + r, t] * qcodes[qrow, t] and nbuf[j0 + r] = sum_t
+        codes[row0 + r, t]^2 for r < ROWS, in int32 (exact). codes: C-contiguous (rows, stride)
+        int8, qcodes (queries, stride) int16, stride a multiple of CHUNK; rows row0 .. row0 + 15
+        must exist; dbuf and nbuf int32 buffers."""
+        if not (isinstance(codes, types.Array) and codes.dtype == types.int8 and codes.ndim == 2 and codes.layout == "C"
+                and isinstance(qcodes, types.Array) and qcodes.dtype == types.int16 and qcodes.ndim == 2):
+            return None
+        sig = types.void(codes, types.intp, qcodes, types.intp, dbuf, nbuf, types.intp)
 
-    Emitted as explicit <8 x double> vector IR, so the order of every addition is fixed here and
-    not left to the compiler: s8 = (v0 + v1) + (v2 + v3) (see `_emit_row_s8`), then
-    s4[l] = s8[l] + s8[l + 4], s2[l] = s4[l] + s4[l + 2], result s2[0] + s2[1].
-    `emb` is a C-contiguous 2-D float32 array, `q64` a contiguous float64 array, dm a multiple of 32.
-    """
-    if not _dot_typing(emb, q64):
-        return None
-    sig = types.float64(emb, types.intp, q64, types.intp)
+        def codegen(context, builder, signature, args):
+            c_arr = context.make_array(signature.args[0])(context, builder, args[0])
+            q_arr = context.make_array(signature.args[2])(context, builder, args[2])
+            d_arr = context.make_array(signature.args[4])(context, builder, args[4])
+            n_arr = context.make_array(signature.args[5])(context, builder, args[5])
+            row0, qrow, j0 = args[1], args[3], args[6]
+            intp = context.get_value_type(types.intp)
+            stride = builder.extract_value(c_arr.shape, 1)
+            i8c, i16c = ir.VectorType(ir.IntType(8), CHUNK), ir.VectorType(ir.IntType(16), CHUNK)
+            v32 = ir.VectorType(ir.IntType(32), 16)
+            zero = ir.Constant(v32, [0] * 16)
+            cbase = builder.gep(c_arr.data, [builder.mul(row0, stride)])
+            qbase = builder.gep(q_arr.data, [builder.mul(qrow, stride)])
 
-    def codegen(context, builder, signature, args):
-        e_arr = context.make_array(signature.args[0])(context, builder, args[0])
-        q_arr = context.make_array(signature.args[2])(context, builder, args[2])
-        row, dm = args[1], args[3]
-        ncols = builder.extract_value(e_arr.shape, 1)
-        s8 = _emit_row_s8(context, builder, builder.gep(e_arr.data, [builder.mul(row, ncols)]), q_arr.data, dm)
-        s4 = builder.fadd(builder.shuffle_vector(s8, s8, _i32s(0, 1, 2, 3)), builder.shuffle_vector(s8, s8, _i32s(4, 5, 6, 7)))
-        s2 = builder.fadd(builder.shuffle_vector(s4, s4, _i32s(0, 1)), builder.shuffle_vector(s4, s4, _i32s(2, 3)))
-        i32 = ir.IntType(32)
-        return builder.fadd(builder.extract_element(s2, ir.Constant(i32, 0)),
-                            builder.extract_element(s2, ir.Constant(i32, 1)))
+            def step(off, dacc, nacc):
+                qv = builder.load(builder.bitcast(builder.gep(qbase, [off]), i16c.as_pointer()), align=2)
+                nd, nn = [], []
+                for r in range(ROWS):
+                    at = builder.add(builder.mul(ir.Constant(intp, r), stride), off)
+                    cv = builder.sext(builder.load(builder.bitcast(builder.gep(cbase, [at]), i8c.as_pointer()), align=1), i16c)
+                    nd.append(builder.add(dacc[r], _pmadd(builder, cv, qv, how)))
+                    nn.append(builder.add(nacc[r], _pmadd(builder, cv, cv, how)))
+                return nd, nn
 
-    return sig, codegen
+            fast = builder.append_basic_block("dots.d64")
+            check = builder.append_basic_block("dots.check")
+            loop = builder.append_basic_block("dots.loop")
+            done = builder.append_basic_block("dots.done")
+            builder.cbranch(builder.icmp_signed("==", stride, ir.Constant(intp, 2 * CHUNK)), fast, check)
+            builder.position_at_end(fast)          # d = 64 (the default): straight-line, two steps
+            fd, fn_ = step(ir.Constant(intp, 0), [zero] * ROWS, [zero] * ROWS)
+            fd, fn_ = step(ir.Constant(intp, CHUNK), fd, fn_)
+            fast_end = builder.block
+            builder.branch(done)
+            builder.position_at_end(check)
+            builder.cbranch(builder.icmp_signed(">", stride, ir.Constant(intp, 0)), loop, done)
+            builder.position_at_end(loop)
+            off = builder.phi(intp)
+            off.add_incoming(ir.Constant(intp, 0), check)
+            dacc = [builder.phi(v32) for _ in range(ROWS)]
+            nacc = [builder.phi(v32) for _ in range(ROWS)]
+            for ph in dacc + nacc:
+                ph.add_incoming(zero, check)
+            ld, ln = step(off, dacc, nacc)
+            nxt = builder.add(off, ir.Constant(intp, CHUNK))
+            off.add_incoming(nxt, loop)
+            for ph, v in zip(dacc + nacc, ld + ln):
+                ph.add_incoming(v, loop)
+            builder.cbranch(builder.icmp_signed("<", nxt, stride), loop, done)
+            builder.position_at_end(done)
+            outs = []
+            for fv, lv in zip(fd + fn_, ld + ln):
+                ph = builder.phi(v32)
+                ph.add_incoming(fv, fast_end)
+                ph.add_incoming(zero, check)
+                ph.add_incoming(lv, loop)
+                outs.append(ph)
+            td, tn = _tree(builder, outs[:ROWS]), _tree(builder, outs[ROWS:])
+            builder.store(td, builder.bitcast(builder.gep(d_arr.data, [j0]), v32.as_pointer()), align=4)
+            builder.store(tn, builder.bitcast(builder.gep(n_arr.data, [j0]), v32.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+    return dots16
+
+
+_dots16 = _dots_intrinsic()
+#: the same products in plain vector IR, whatever the CPU (tests compare it with `_dots16`)
+_dots16_generic = _dots_intrinsic("generic")
 
 
 @intrinsic
@@ -202,7 +258,7 @@ def _stack_block(dtype):
     Scratch on the stack is memory the compiler can prove distinct from every input array, so the
     block loops vectorise without runtime alias checks (heap scratch from np.empty is opaque).
     """
-    nb_type = types.float64 if dtype == np.float64 else types.boolean
+    nb_type = {np.float64: types.float64, np.int32: types.int32, np.bool_: types.boolean}[dtype]
 
     @intrinsic
     def impl(typingctx):
@@ -214,6 +270,7 @@ def _stack_block(dtype):
 
 
 _stack_f64 = _stack_block(np.float64)
+_stack_i32 = _stack_block(np.int32)
 _stack_bool = _stack_block(np.bool_)
 
 
@@ -274,16 +331,41 @@ def exp2_array(x, out):
     return out
 
 
+@njit(cache=True, inline="always")
+def _dots_scalar(codes, row0, rows, qcodes, qrow, dbuf, nbuf, j0):
+    """`_dots16` for the last rows of the arena (fewer than ROWS left), one row at a time."""
+    stride = codes.shape[1]
+    for r in range(rows):
+        dt = 0
+        n2 = 0
+        for t in range(stride):
+            c = np.int64(codes[row0 + r, t])
+            dt += c * np.int64(qcodes[qrow, t])
+            n2 += c * c
+        dbuf[j0 + r] = dt
+        nbuf[j0 + r] = n2
+
+
+@njit(cache=True, inline="always")
+def _semantic(dot, n2, qscale):
+    """The semantic factor from the integer dot product and squared norm (module doc)."""
+    return np.float64(dot) / (qscale * np.sqrt(np.float64(max(n2, 1))))
+
+
 @njit(cache=True)
-def dot_lanes(emb, row, q64):
-    """The semantic dot product of `retrieve_batch` for one row (for tests): lanes, then the tail."""
-    d = emb.shape[1]
-    dm = d - d % LANES
-    s = _dot_lanes_row(emb, row, q64, dm)
-    e = emb[row]
-    for t in range(dm, d):
-        s += np.float64(e[t]) * q64[t]
-    return s
+def dots16(codes, row0, qcodes, qrow, generic=False):
+    """(dot, norm2) int32 of rows row0 .. row0 + ROWS - 1 against query row qrow by `_dots16`
+    (or its plain-IR twin) and by the scalar loop (for tests): (vector, vector, scalar, scalar)."""
+    dv = np.zeros(ROWS, np.int32)
+    nv = np.zeros(ROWS, np.int32)
+    ds = np.zeros(ROWS, np.int32)
+    ns = np.zeros(ROWS, np.int32)
+    if generic:
+        _dots16_generic(codes, row0, qcodes, qrow, dv, nv, 0)
+    else:
+        _dots16(codes, row0, qcodes, qrow, dv, nv, 0)
+    _dots_scalar(codes, row0, ROWS, qcodes, qrow, ds, ns, 0)
+    return dv, nv, ds, ns
 
 
 @njit(cache=True, inline="always")
@@ -311,40 +393,44 @@ def _tag_valence(s, has_tag, p):
 
 
 @njit(cache=True, error_model="numpy")
-def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
-                    ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
-                    has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
+                    codes, last_access_ms, window_ms, status, importance, sal, confidence,
+                    has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
                     weights, temporal_base, half_life_ms, react_boost, charge_fading,
                     k, sal_cap, min_conf, live,
                     out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
-    """Row gi of a batch: Golem golems[gi]'s slab scored against queries[gi] (see the module doc)."""
-    d = queries.shape[1]
-    dm = d - d % LANES
+    """Row gi of a batch: Golem golems[gi]'s slab scored against query row gi (see the module doc).
+    min_conf < 0 (or NaN): no confidence floor, and the confidence column is not read."""
+    stride = codes.shape[1]
+    n_rows = codes.shape[0]
     lg2_per_ms = math.log2(temporal_base) / HOUR_MS
     inv_hl = 1.0 / half_life_ms
     w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
     # block scratch on this call's stack (per thread when Golems run in parallel)
+    dot_b = carray(_stack_i32(), BLOCK)
+    nrm_b = carray(_stack_i32(), BLOCK)
     sem_b = carray(_stack_f64(), BLOCK)
     tmp_b = carray(_stack_f64(), BLOCK)
     emo_b = carray(_stack_f64(), BLOCK)
     pv_b = carray(_stack_f64(), BLOCK)
-    sc_b = carray(_stack_f64(), BLOCK)
+    sv_b = carray(_stack_f64(), BLOCK)
     sh_b = carray(_stack_f64(), BLOCK)
     nn_b = carray(_stack_f64(), BLOCK)
+    ch_b = carray(_stack_f64(), BLOCK)
     ok_b = carray(_stack_bool(), BLOCK)
-    q64 = np.empty(d)
-    pd = max(1, PREFETCH_BYTES // (4 * d))   # rows of prefetch distance
+    cf_b = carray(_stack_bool(), BLOCK)
+    floor = min_conf >= 0.0
+    if not floor:
+        for j in range(BLOCK):
+            cf_b[j] = True
+    pd_rows = max(ROWS, PREFETCH_BYTES // stride)   # rows of prefetch distance
     sh_v = np.empty(k)
     g = golems[gi]
     lo = g * cap
     n = count[g]
-    for t in range(d):
-        q64[t] = np.float64(queries[gi, t])
+    qs = qscale[gi]
     cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
     cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
-    cp /= cn
-    ca /= cn
-    cd /= cn
     vs = valence_sign[gi]
     top_s = out_slots[gi]
     top_v = out_scores[gi]
@@ -364,85 +450,95 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
         m = min(BLOCK, n - b0)
         mpad = (m + 3) // 4 * 4
         s0 = lo + b0
-        # pass 1: semantic dot products (SIMD within each row), reading ahead
-        for j in range(m):
-            if b0 + j + pd < n:
-                x = (s0 + j + pd) * d
-                for t in range(0, d, 16):
-                    _prefetch(emb, x + t)
-            sem_b[j] = _dot_lanes_row(emb, s0 + j, q64, dm)
-            # the next block's entry columns, one line per column as j crosses it
+        # pass 1: integer dot products and norms, ROWS rows at a time, reading ahead
+        for j in range(0, m, ROWS):
+            r0 = s0 + j
+            if b0 + j + pd_rows < n:
+                x = (r0 + pd_rows) * stride
+                for t in range(0, ROWS * stride, 64):
+                    _prefetch(codes, x + t)
+            if r0 + ROWS <= n_rows:
+                _dots16(codes, r0, qcodes, gi, dot_b, nrm_b, j)
+            else:
+                _dots_scalar(codes, r0, n_rows - r0, qcodes, gi, dot_b, nrm_b, j)
+            # the next block's entry columns: the lines of its rows j .. j + ROWS - 1 (64-byte
+            # lines: 8 int64 / float64, 16 float32 and 64 one-byte values each)
+            x = s0 + BLOCK + j
             if b0 + BLOCK + j < n:
-                x = s0 + BLOCK + j
-                if x % 8 == 0:
-                    _prefetch(ids, x)
-                    _prefetch(last_access_ms, x)
-                    _prefetch(window_ms, x)
-                    _prefetch(up, x)
-                    _prefetch(ua, x)
-                    _prefetch(ud, x)
-                    _prefetch(created_ms, x)
-                    _prefetch(last_react_ms, x)
-                if x % 16 == 0:
+                for u in range(0, ROWS, 8):
+                    _prefetch(last_access_ms, x + u)
+                    _prefetch(window_ms, x + u)
+                    _prefetch(created_ms, x + u)
+                    _prefetch(last_react_ms, x + u)
+                _prefetch(p_tag, x)
+                _prefetch(a_tag, x)
+                _prefetch(d_tag, x)
+                _prefetch(i0, x)
+                _prefetch(importance, x)
+                _prefetch(sal, x)
+                if floor:
                     _prefetch(confidence, x)
-                    _prefetch(p_tag, x)
-                    _prefetch(i0, x)
-                    _prefetch(importance, x)
-                    _prefetch(sal, x)
-                if x % 64 == 0:
+                if j % 64 == 0:
                     _prefetch(status, x)
                     _prefetch(has_tag, x)
                     _prefetch(reactivated, x)
-        if dm < d:
+        if floor:
+            xconf = confidence[s0:s0 + m]
             for j in range(m):
-                e = emb[s0 + j]
-                sem = sem_b[j]
-                for t in range(dm, d):
-                    sem += np.float64(e[t]) * q64[t]
-                sem_b[j] = sem
-        # pass 2: eligibility and the other factors for the whole block, branch-free, one
-        # vectorised loop (the scratch is on the stack, so no runtime alias checks). An
-        # ineligible entry gets score -inf and emotional factor and valence 0, so pass 3
-        # needs no test for it.
-        xid = ids[s0:s0 + m]
+                cf_b[j] = np.float64(xconf[j]) >= min_conf
+        # pass 2: eligibility and the factors for the whole block, branch-free, one vectorised
+        # loop (the scratch is on the stack, so no runtime alias checks). An ineligible entry gets
+        # score -inf and emotional factor and valence 0, so pass 3 needs no test for it.
         xst = status[s0:s0 + m]
         xla = last_access_ms[s0:s0 + m]
         xwin = window_ms[s0:s0 + m]
-        xconf = confidence[s0:s0 + m]
         xtag = has_tag[s0:s0 + m]
         xp = p_tag[s0:s0 + m]
-        xup = up[s0:s0 + m]
-        xua = ua[s0:s0 + m]
-        xud = ud[s0:s0 + m]
+        xa = a_tag[s0:s0 + m]
+        xd = d_tag[s0:s0 + m]
         xi0 = i0[s0:s0 + m]
         xcr = created_ms[s0:s0 + m]
         xre = reactivated[s0:s0 + m]
         xlr = last_react_ms[s0:s0 + m]
         ximp = importance[s0:s0 + m]
         xsal = sal[s0:s0 + m]
+        # 2a: eligibility and the temporal factor
         for j in range(m):
             tg = xtag[j]
             pv = np.float64(xp[j]) if tg else 0.0
             age = np.float64(now_ms - xla[j])
-            ok = (xid[j] >= 0) & (xst[j] != 3) & (age < 2.0 * xwin[j]) & (np.float64(xconf[j]) >= min_conf)
-            ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
-            pc = ((xup[j] * cp + xua[j] * ca + xud[j] * cd) + 1.0) / 2.0
-            if charge_fading:
+            ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
+            ok_b[j] = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+            tmp_b[j] = exp2(age * lg2_per_ms)
+        # 2b: the charge left (padm.emotional_intensity_at / charge), kept apart so each loop
+        # holds few registers and the CPU overlaps more of its iterations
+        if charge_fading:
+            for j in range(m):
                 i0j = np.float64(xi0[j])
                 base = i0j * exp2(np.float64(xcr[j] - now_ms) * inv_hl)
                 rboost = react_boost * exp2(np.float64(xlr[j] - now_ms) * inv_hl)
                 inten = min(1.0, base + (rboost if (xre[j] & (xlr[j] >= 0)) else 0.0))
-                ch = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
-                pc = 0.5 + (pc - 0.5) * ch
+                ch_b[j] = min(1.0, max(0.0, inten / max(i0j, 1e-8)))
+        # 2c: semantic and emotional factors, the scores
+        for j in range(m):
+            tg = xtag[j]
+            ok = ok_b[j]
+            tp, ta, td = np.float64(xp[j]), np.float64(xa[j]), np.float64(xd[j])
+            pv = tp if tg else 0.0
+            sem = _semantic(dot_b[j], nrm_b[j], qs)
+            # padm.pad_cosine_safe(tag, pad), operation for operation
+            dt = tp * cp + ta * ca + td * cd
+            pc = (dt / (max(np.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn) + 1.0) / 2.0
+            if charge_fading:
+                pc = 0.5 + (pc - 0.5) * ch_b[j]
             emo = pc if tg else 0.5
-            tmp = exp2(age * lg2_per_ms)
-            score = w0 * sem_b[j] + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
-            ok_b[j] = ok
+            score = w0 * sem + w1 * tmp_b[j] + w2 * np.float64(ximp[j]) + w3 * emo
+            sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
+            sem_b[j] = sem
             pv_b[j] = pv if ok else 0.0
             emo_b[j] = emo if ok else 0.0
-            tmp_b[j] = tmp
-            sc_b[j] = score if ok else -np.inf
-            sh_b[j] = score * (1.0 + np.float64(xsal[j]) * sal_cap) if ok else -np.inf
+            sv_b[j] = (sh if live else score) if ok else -np.inf
+            sh_b[j] = sh if ok else -np.inf
             nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
         # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
         for j in range(m, mpad):
@@ -467,7 +563,6 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
             best_sem = max(best_sem, sem_b[j] if ok_b[j] else -np.inf)
         # pass 3b: best non-negative entry and the two top-k lists, in slot order; one branch
         # per entry, taken only by entries that beat a current best (rare, predictable)
-        sv_b = sh_b if live else sc_b
         t1 = best_nn_score
         t2 = top_v[k - 1]
         t3 = sh_v[k - 1]
@@ -516,26 +611,26 @@ def _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_
 
 
 @njit(cache=True, error_model="numpy")
-def retrieve_batch(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
-                   ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
-                   has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+def retrieve_batch(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
+                   codes, last_access_ms, window_ms, status, importance, sal, confidence,
+                   has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
                    weights, temporal_base, half_life_ms, react_boost, charge_fading,
                    k, sal_cap, min_conf, live,
                    out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
     """Four-factor retrieval for a batch of Golems, one after the other (see the module doc)."""
     for gi in range(golems.size):
-        _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
-                        ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
-                        has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
+                        codes, last_access_ms, window_ms, status, importance, sal, confidence,
+                        has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
                         weights, temporal_base, half_life_ms, react_boost, charge_fading,
                         k, sal_cap, min_conf, live,
                         out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
 
 
 @njit(cache=True, error_model="numpy", parallel=True)
-def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, now_ms,
-                            ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
-                            has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+def retrieve_batch_parallel(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
+                            codes, last_access_ms, window_ms, status, importance, sal, confidence,
+                            has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
                             weights, temporal_base, half_life_ms, react_boost, charge_fading,
                             k, sal_cap, min_conf, live,
                             out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
@@ -545,9 +640,9 @@ def retrieve_batch_parallel(golems, count, cap, queries, cur_pad, valence_sign, 
     same, bit for bit, whatever the number of threads or their scheduling.
     """
     for gi in prange(golems.size):
-        _retrieve_golem(gi, golems, count, cap, queries, cur_pad, valence_sign, now_ms,
-                        ids, emb, last_access_ms, window_ms, status, importance, sal, confidence,
-                        has_tag, p_tag, up, ua, ud, i0, created_ms, reactivated, last_react_ms,
+        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
+                        codes, last_access_ms, window_ms, status, importance, sal, confidence,
+                        has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
                         weights, temporal_base, half_life_ms, react_boost, charge_fading,
                         k, sal_cap, min_conf, live,
                         out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
@@ -641,25 +736,21 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
 
 
 @njit(cache=True, error_model="numpy")
-def served_factors_batch(slots, queries, cur_pad, now_ms, emb, last_access_ms, p, a, d, i0, created_ms,
+def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, codes, last_access_ms, p, a, d, i0, created_ms,
                          last_react_ms, reactivated, has_tag, importance, temporal_base, half_life_ms,
                          react_boost, charge_fading, two, out):
-    """out[i] = the four factors of entry slots[i] for queries[i] and cur_pad[i], the operations of
-    `golem.retrieval.entry_factors` in its order (so the same bits): the semantic dot product in the
-    kernel's lane order, powers by libm's pow as Python's `**` computes them, np.maximum/np.minimum
-    where the reference uses them. For the few entries anti-rumination puts in a served set.
-    `two` is 2.0, passed in: with the constant LLVM turns pow(2, x) into exp2(x), which differs
-    from pow in the last bit now and then."""
-    dim = queries.shape[1]
-    dm = dim - dim % LANES
-    q64 = np.empty(dim)
+    """out[i] = the four factors of entry slots[i] for query codes row i and cur_pad[i], the
+    operations of `golem.retrieval.entry_factors` in its order (so the same bits): the semantic
+    factor from the exact integer products, powers by libm's pow as Python's `**` computes them,
+    np.maximum/np.minimum where the reference uses them. For the few entries anti-rumination puts
+    in a served set. `two` is 2.0, passed in: with the constant LLVM turns pow(2, x) into exp2(x),
+    which differs from pow in the last bit now and then."""
+    dbuf = np.empty(1, np.int32)
+    nbuf = np.empty(1, np.int32)
     for i in range(slots.size):
         s = slots[i]
-        for t in range(dim):
-            q64[t] = np.float64(queries[i, t])
-        sem = _dot_lanes_row(emb, s, q64, dm)
-        for t in range(dm, dim):
-            sem = sem + np.float64(emb[s, t]) * q64[t]
+        _dots_scalar(codes, s, 1, qcodes, i, dbuf, nbuf, 0)
+        sem = _semantic(dbuf[0], nbuf[0], qscale[i])
         temporal = temporal_base ** (np.float64(now_ms - last_access_ms[s]) / HOUR_MS)
         ps, as_, ds = np.float64(p[s]), np.float64(a[s]), np.float64(d[s])
         cp, ca, cd = cur_pad[i, 0], cur_pad[i, 1], cur_pad[i, 2]

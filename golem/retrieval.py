@@ -5,6 +5,7 @@ reference below is the spec written out entry by entry and is what the kernel is
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numba
@@ -56,33 +57,37 @@ class RetrievalParams:
                    somatic_weights=(r.hdc_recency, r.hdc_importance, r.hdc_relevance, r.hdc_similarity))
 
 
-def semantic_dot(e, q) -> float:
-    """cosine(entry, query) of unit vectors: their dot product, in the kernel's order of additions.
+def query_codes(queries: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """Queries as the retrieval scores them: (codes, scale) with codes = round(q * scale) in int16
+    (half to even), scale = `kernels.query_max(stride)` / max|q| per row (1 for a zero query),
+    zero-padded to `stride` columns. The rounding moves the semantic factor by < 1e-4 at d = 64,
+    a small part of what storing entries as int8 codes does (docs/performance.md)."""
+    q = np.atleast_2d(np.asarray(queries, dtype=np.float64))
+    top = np.abs(q).max(axis=1, initial=0.0)
+    qmax = kernels.query_max(stride)
+    scale = np.divide(qmax, top, out=np.ones_like(top), where=top > 0)
+    codes = np.zeros((q.shape[0], stride), dtype=np.int16)
+    codes[:, :q.shape[1]] = np.rint(q * scale[:, None])
+    return codes, scale
 
-    Every float32 x float32 product is exact in float64. The products go into 32 partial sums
-    (t mod 32, each in increasing t) for t below the largest multiple of 32 <= d; these are
-    combined pairwise (lanes l, l+8, l+16, l+24; then l, l+4; l, l+2; l, l+1) and the remaining
-    t are added in order. `golem.kernels` does exactly these additions with SIMD, so the two agree
-    bit for bit; any order would agree to ~1e-16.
-    """
-    d = len(e)
-    dm = d - d % 32
-    acc = [0.0] * 32
-    for t in range(dm):
-        acc[t % 32] += float(e[t]) * float(q[t])
-    s8 = [(acc[l] + acc[l + 8]) + (acc[l + 16] + acc[l + 24]) for l in range(8)]
-    s4 = [s8[l] + s8[l + 4] for l in range(4)]
-    s2 = [s4[l] + s4[l + 2] for l in range(2)]
-    sem = s2[0] + s2[1]
-    for t in range(dm, d):
-        sem += float(e[t]) * float(q[t])
-    return sem
+
+def semantic(codes, qcodes, qscale: float) -> float:
+    """The semantic factor (SPEC §4.1: cosine of entry and query) as stored: the cosine of an
+    entry's int8 codes (`grimoire.quantise`) with the query's codes (`query_codes`),
+    dot / (qscale * sqrt(norm2)), dot and norm2 = sum of codes^2 exact integers (norm2 taken as at
+    least 1, so zero codes give 0). The kernel computes the same integers with SIMD and then these
+    float operations, so the two agree bit for bit."""
+    dot = sum(int(c) * int(q) for c, q in zip(codes.tolist(), qcodes.tolist()))
+    n2 = sum(int(c) * int(c) for c in codes.tolist())
+    return dot / (float(qscale) * math.sqrt(max(n2, 1)))
 
 
 def entry_factors(gr: Grimoire, s: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams):
-    """The four factors of one slot, straight from the SPEC formulas (scalar reference)."""
+    """The four factors of one slot, straight from the SPEC formulas (scalar reference); the
+    semantic factor of the stored codes (`semantic`)."""
     c = gr.cols
-    sem = semantic_dot(gr.emb[s], query)
+    qc, qs = query_codes(query, gr.codes.shape[1])
+    sem = semantic(gr.codes[s], qc[0], qs[0])
     hours = (now_ms - int(c["last_access_ms"][s])) / HOUR_MS
     if c["has_tag"][s]:
         tag = (float(c["p"][s]), float(c["a"][s]), float(c["d"][s]))
@@ -106,25 +111,30 @@ def served_factors(gr: Grimoire, slots: np.ndarray, queries: np.ndarray, cur_pad
     queries are float32, as `retrieve` takes them)."""
     c = gr.cols
     slots = np.ascontiguousarray(slots, dtype=np.int64)
+    qc, qs = query_codes(np.asarray(queries, dtype=np.float32), gr.codes.shape[1])
     return kernels.served_factors_batch(
-        slots, np.ascontiguousarray(queries, dtype=np.float32), np.ascontiguousarray(cur_pad, dtype=np.float64),
-        np.int64(now_ms), gr.emb, c["last_access_ms"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"],
+        slots, qc, qs, np.ascontiguousarray(cur_pad, dtype=np.float64),
+        np.int64(now_ms), gr.codes, c["last_access_ms"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"],
         c["last_react_ms"], c["reactivated"], c["has_tag"], c["importance"], prm.temporal_base,
         prm.half_life_days * 86_400_000.0, prm.reactivation_boost, prm.charge_fading, 2.0,
         np.empty((slots.size, 4)))
 
 
 def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams,
-                       min_conf: float = 0.0, valence_sign: int = 0):
-    """Scalar reference: score every eligible entry of Golem g, return [(slot, score, factors)] top-k."""
+                       min_conf: float | None = None, valence_sign: int = 0):
+    """Scalar reference: score every eligible entry of Golem g, return [(slot, score, factors)] top-k.
+
+    Eligible: an entry (every slot below the slab's count holds one), not archived, not expired
+    (age from the last access below twice the window), confidence >= min_conf if given, and of
+    the asked valence sign if any (tagged, p > 0 or p < 0)."""
     c = gr.cols
     rows = []
     for s in range(g * gr.capacity, g * gr.capacity + int(gr.count[g])):
-        if c["id"][s] < 0 or c["status"][s] == ARCHIVED:
+        if c["status"][s] == ARCHIVED:
             continue
         if now_ms - int(c["last_access_ms"][s]) >= 2.0 * float(c["window_ms"][s]):
             continue
-        if float(c["confidence"][s]) < min_conf:
+        if min_conf is not None and float(c["confidence"][s]) < min_conf:
             continue
         pv = float(c["p"][s]) if c["has_tag"][s] else 0.0
         if valence_sign > 0 and not (c["has_tag"][s] and pv > 0):
@@ -164,12 +174,13 @@ PARALLEL_MIN_ENTRIES = 1 << 16
 
 
 def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
-             prm: RetrievalParams, k: int | None = None, min_conf: float = 0.0,
+             prm: RetrievalParams, k: int | None = None, min_conf: float | None = None,
              valence_sign: np.ndarray | None = None) -> RetrievalResult:
     """Score and select the top-k for a batch of Golems in one kernel call (no bookkeeping).
 
-    A large batch is spread over numba's threads (`PARALLEL_MIN_ENTRIES`); every Golem's row is
-    computed by the same code either way, so the result is identical.
+    `min_conf`: a confidence floor (the contrarian's); without one the confidence column is not
+    read. A large batch is spread over numba's threads (`PARALLEL_MIN_ENTRIES`); every Golem's
+    row is computed by the same code either way, so the result is identical.
     """
     golems = np.ascontiguousarray(golems, dtype=np.int64)
     b = golems.size
@@ -182,14 +193,14 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     kernel = kernels.retrieve_batch
     if b > 1 and numba.get_num_threads() > 1 and int(gr.count[golems].sum()) >= PARALLEL_MIN_ENTRIES:
         kernel = kernels.retrieve_batch_parallel   # same result bit for bit, Golems over threads
+    qc, qs = query_codes(np.asarray(queries, dtype=np.float32), gr.codes.shape[1])
     kernel(
-        golems, gr.count, gr.capacity, np.ascontiguousarray(queries, dtype=np.float32),
-        np.ascontiguousarray(cur_pad, dtype=np.float64), vs, np.int64(now_ms),
-        c["id"], gr.emb, c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"],
-        c["confidence"], c["has_tag"], c["p"], c["up"], c["ua"], c["ud"], c["i0"], c["created_ms"],
+        golems, gr.count, gr.capacity, qc, qs, np.ascontiguousarray(cur_pad, dtype=np.float64), vs, np.int64(now_ms),
+        gr.codes, c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"],
+        c["confidence"], c["has_tag"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"],
         c["reactivated"], c["last_react_ms"], np.asarray(prm.weights, dtype=np.float64),
         prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, prm.charge_fading,
-        k, prm.salience_cap, min_conf, prm.live,
+        k, prm.salience_cap, -1.0 if min_conf is None else float(min_conf), prm.live,
         out.slots, out.scores, out.factors, out.shadow, out.pool, out.tagged, out.valence)
     return out
 
@@ -235,7 +246,7 @@ def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, 
 
 
 __all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",
-           "recall", "anti_rumination", "entry_factors", "served_factors"]
+           "recall", "anti_rumination", "entry_factors", "served_factors", "query_codes", "semantic"]
 
 
 # --- alternative profiles: six-factor [C] and somatic HDC (§11) ------------------------------------
@@ -273,7 +284,8 @@ def _retrieve_profile(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur
         rel = gr.emb[s].astype(np.float64) @ queries[i].astype(np.float64)
         score, factors = scorer(i, s, rel, age)
         cu = cur_pad[i] / max(np.linalg.norm(cur_pad[i]), 1e-8)
-        pc = (c["up"][s] * cu[0] + c["ua"][s] * cu[1] + c["ud"][s] * cu[2] + 1.0) / 2.0
+        u = gr.unit_pad(s)
+        pc = (u[:, 0] * cu[0] + u[:, 1] * cu[1] + u[:, 2] * cu[2] + 1.0) / 2.0
         order = np.lexsort((s, -score))[:k]
         n = order.size
         out.slots[i, :n] = s[order]
@@ -322,7 +334,8 @@ def retrieve_six(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad:
                + np.isin(c["topic"][s], list(event_topics[i])).astype(float)) / tags
         score = w[0] * rel + w[1] * strength + w[2] * rec + w[3] * spread + w[4] * ctx + w[5] * c["salience"][s]
         cu = cur_pad[i] / max(np.linalg.norm(cur_pad[i]), 1e-8)
-        pc = (c["up"][s] * cu[0] + c["ua"][s] * cu[1] + c["ud"][s] * cu[2] + 1.0) / 2.0
+        u = gr.unit_pad(s)
+        pc = (u[:, 0] * cu[0] + u[:, 1] * cu[1] + u[:, 2] * cu[2] + 1.0) / 2.0
         return score, np.stack([rel, rec, strength, pc], axis=1)
 
     return _retrieve_profile(gr, golems, queries, cur_pad, now_ms, prm, scorer)

@@ -99,6 +99,11 @@ class Cohort:
     members: np.ndarray
 
 
+#: prefill entries drawn and inserted at a time (`World._prefill`)
+PREFILL_CHUNK = 1 << 16
+#: receivers whose jitter `World.push` draws in one call
+PUSH_DRAWS = 1 << 16
+
 #: SimPy priority below NORMAL (1): the flusher runs after every other event of its instant, so a
 #: flush (and the checkpoint taken with it) always sees whole time steps, in a run and in its resume.
 LOW = 2
@@ -256,7 +261,10 @@ class World:
 
         Imports bypassed gating: tier TTL 0, so the window is the class's days x (1 + salience)
         (SPEC §3.2); their confidence is their source's (`grimoire.import_source`, SPEC §3.4:
-        untagged, so no arousal factor)."""
+        untagged, so no arousal factor). In chunks of `PREFILL_CHUNK` entries (a 100,000-Golem world
+        imports ~10^8): the embeddings are drawn and inserted chunk by chunk, then each random field
+        is drawn chunk by chunk into its column; consecutive draws of one distribution give what one
+        call would, so the values do not depend on the chunk size."""
         counts = np.zeros(self.pop.n, dtype=np.int64)
         g = 0
         for grp in self.scenario.golems:
@@ -266,25 +274,45 @@ class World:
         if total == 0:
             return
         rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(3,)))
-        golem = np.repeat(np.arange(self.pop.n), counts)
-        emb = np.empty((total, self.gr.dim), dtype=np.float32)   # drawn and normalised in chunks
-        for lo in range(0, total, 1 << 16):
-            hi = min(lo + (1 << 16), total)
-            emb[lo:hi] = normalise(rng.standard_normal((hi - lo, self.gr.dim)))
+        ends = np.cumsum(counts)
+        gr, cap = self.gr, self.gr.capacity
+
+        def rows(lo, hi):
+            """(Golem, slot) of prefill rows lo .. hi - 1 (one Golem's rows are consecutive)."""
+            golem = np.searchsorted(ends, np.arange(lo, hi), side="right")
+            return golem, golem * cap + np.arange(lo, hi) - (ends[golem] - counts[golem])
+
+        chunks = [(lo, min(lo + PREFILL_CHUNK, total)) for lo in range(0, total, PREFILL_CHUNK)]
         day = 86_400_000
-        created, accessed = -rng.integers(0, 30 * day, total), -rng.integers(0, 5 * day, total)
-        importance = rng.uniform(0, 1, total).astype(np.float32)
-        salience = rng.uniform(0, 0.6, total)
-        outcome = rng.uniform(-1, 1, total).astype(np.float32)
         g = self.cfg.grimoire
-        window_days = gm.effective_window_days(gm.REGIME, 0.0, 0.0, (g.ephemeral_days, g.tactical_days,
-                                                                      g.regime_conditional_days)) * (1.0 + salience)
-        vals = dict(created_ms=created, last_access_ms=accessed, window_ms=window_days * day, ttl_days=np.float32(0.0),
-                    category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32), kind=KINDS.index("import"),
-                    confidence=np.float32(getattr(self.cfg.confidence, g.import_source)), importance=importance,
-                    salience=salience.astype(np.float32), decay_class=gm.REGIME, has_tag=False,
-                    outcome=outcome, has_outcome=False, curator_weight=1.0)
-        self.gr.insert(golem, emb, vals, unit=True)
+        base_days = gm.effective_window_days(gm.REGIME, 0.0, 0.0, (g.ephemeral_days, g.tactical_days,
+                                                                    g.regime_conditional_days))
+        for lo, hi in chunks:
+            golem, _ = rows(lo, hi)
+            emb = normalise(rng.standard_normal((hi - lo, gr.dim)))
+            gr.insert(golem, emb, dict(ttl_days=np.float32(0.0), category=0, topic=0,
+                                       scope=self.pop.asset[golem].astype(np.int32), kind=KINDS.index("import"),
+                                       confidence=np.float32(getattr(self.cfg.confidence, g.import_source)),
+                                       decay_class=gm.REGIME, has_tag=False, has_outcome=False, curator_weight=1.0),
+                      unit=True)
+        c = gr.cols
+
+        def salience(k):
+            s = rng.uniform(0, 0.6, k)
+            return s.astype(np.float32), base_days * (1.0 + s) * day   # the window follows the draw
+
+        for name, draw in (("created_ms", lambda k: -rng.integers(0, 30 * day, k)),
+                           ("last_access_ms", lambda k: -rng.integers(0, 5 * day, k)),
+                           ("importance", lambda k: rng.uniform(0, 1, k).astype(np.float32)),
+                           ("salience", salience),
+                           ("outcome", lambda k: rng.uniform(-1, 1, k).astype(np.float32))):
+            for lo, hi in chunks:
+                slots = rows(lo, hi)[1]
+                v = draw(hi - lo)
+                if name == "salience":
+                    c["salience"][slots], c["window_ms"][slots] = v
+                else:
+                    c[name][slots] = v
 
     # ---------------------------------------------------------------- processes
     def market(self, first=None):
@@ -407,12 +435,17 @@ class World:
                 sent.append((push, cl, sibs))
         if not sent:
             return
-        # every receiver's jitter draw at once: the draws are elementwise (counter-based), so
-        # one call gives each (receiver, entry) pair the same number as a call per push
-        sizes = [sibs.size for _, _, sibs in sent]
-        u_all = hash_uniform_array(self.seed, np.concatenate([sibs for _, _, sibs in sent]),
-                                   np.repeat([push["entry_id"] for push, _, _ in sent], sizes), 11)
-        for (push, cl, sibs), u in zip(sent, np.split(u_all, np.cumsum(sizes)[:-1])):
+        # the receivers' jitter draws a group of pushes at a time (~PUSH_DRAWS receivers): the draws
+        # are elementwise (counter-based), so one call gives each (receiver, entry) pair the same
+        # number as a call per push, and a push wave of 1,000-Golem Clades (~10^6 receivers each)
+        # never holds all its draws at once
+        groups, start, count = [], 0, 0
+        for i, (_, _, sibs) in enumerate(sent):
+            count += sibs.size
+            if count >= PUSH_DRAWS or i == len(sent) - 1:
+                groups.append(sent[start:i + 1])
+                start, count = i + 1, 0
+        for (push, cl, sibs), u in ((x, u) for grp in groups for x, u in zip(grp, self._jitter_draws(grp))):
             sender = push["sender"]
             entry = cladem.capture(self.gr, push["slot"])
             lat, jit = self.latency[cl]
@@ -424,6 +457,13 @@ class World:
                 arrivals.setdefault(t, []).append((sender, entry, push["alert_type"], sibs[at], delays[at]))
         for t, parcels in arrivals.items():   # insertion order: first arrival of each instant
             self.at(t).callbacks.append(Delivery(self, parcels))
+
+    def _jitter_draws(self, sent: list[tuple]) -> list[np.ndarray]:
+        """The uniform jitter draw of each receiver of each push of `sent`, one call for all."""
+        sizes = [sibs.size for _, _, sibs in sent]
+        u = hash_uniform_array(self.seed, np.concatenate([sibs for _, _, sibs in sent]),
+                               np.repeat([push["entry_id"] for push, _, _ in sent], sizes), 11)
+        return np.split(u, np.cumsum(sizes)[:-1])
 
     def deliver(self, parcels: list[tuple]) -> None:
         """Pushes arrive: the living siblings store the copies and feel the contagion."""

@@ -323,7 +323,7 @@ def test_novelty_is_the_pools_best_semantic_match():
     dd = _decide(m, s, obs)
     assert dd["nserved"][0] == 1 and m.gr.cols["access_count"][0] == 1   # the cosine-0.3 entry is served
     assert not dd["novelty"][0] and dd["tier"][0] == 0
-    m.gr.cols["id"][1] = -1                                               # nothing resembles it now
+    m.gr.cols["status"][1] = gm.ARCHIVED                                  # nothing eligible resembles it now
     dd = _decide(m, s, obs)
     assert dd["novelty"][0] and dd["tier"][0] == 1
 
@@ -494,10 +494,10 @@ def test_the_heavy_categories_carry_their_weight_into_the_pushed_entry(heavy):
     death = minds.events(_die(m), "death")[0]
     slot = m.gr.slot_of(death["entry_id"])
     base = m.lex.token("death-reflection") + m.lex.token("asset:ETH")
-    e = m.gr.emb.astype(np.float64)[16:24]         # as stored (unit, float32)
+    e = m.gr.emb.astype(np.float64)[16:24]         # as stored (unit, float32, decoded from the codes)
     want = base + e[0] + e[1] + heavy * (e[2] + e[3] + e[4] + e[2]) + e[5]
-    got = m.gr.emb[slot].astype(np.float64)
-    assert got == pytest.approx(want / np.linalg.norm(want), abs=1e-6)
+    # stored as the codes of that direction (grimoire.quantise)
+    assert m.gr.codes[slot].tolist() == gm.quantise(want, m.gr.codes.shape[1]).tolist()
     tag = m.gr.cols
     assert (tag["p"][slot], tag["a"][slot], tag["d"][slot]) == pytest.approx((-0.44, 0.4, -0.2), abs=1e-6)
     assert tag["category"][slot] == CAT["death_reflection"] and tag["decay_class"][slot] == gm.STRUCTURAL

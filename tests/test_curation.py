@@ -212,8 +212,8 @@ def test_dream_replay_keeps_confidence_direction_and_content():
     assert np.allclose(gr.cols["p"][:n], -0.5) and np.array_equal(gr.emb, emb)
     assert np.allclose(gr.cols["importance"][5:n], imp[5:] * 0.95)          # homeostasis
     assert np.allclose(gr.cols["importance"][:5], imp[:5])                   # salient re-boosted
-    # the unit PAD vectors follow the new arousal
-    u = np.stack([gr.cols["up"][chosen], gr.cols["ua"][chosen], gr.cols["ud"][chosen]], 1)
+    # the unit PAD vectors (what the alternative profiles read) follow the new arousal
+    u = gr.unit_pad(chosen)
     v = np.stack([gr.cols["p"][chosen], gr.cols["a"][chosen], gr.cols["d"][chosen]], 1).astype(float)
     assert np.allclose(u, v / np.linalg.norm(v, axis=1, keepdims=True), atol=1e-6)
 

@@ -148,7 +148,63 @@ def test_embeddings_are_unit_and_memory_per_entry_is_O_d():
         _fill_slab(gr, 1, 5)
         norms = np.linalg.norm(gr.emb[16:21], axis=1)
         assert np.allclose(norms, 1.0, atol=1e-6)
-        assert gr.bytes_per_entry() <= 4 * d + 256
+        assert gr.bytes_per_entry() <= 2 * d + 128
+    assert gm.Grimoire(1, 1, 64).bytes_per_entry() == 64 + 145 + 24   # codes, the columns, the act-time ring
+
+
+def test_quantise_by_hand():
+    """round(v * 127 / max|v|), half to even, zero-padded to the stride; a zero row stays zero;
+    the scale of the input does not matter."""
+    v = np.array([[0.5, -0.25, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0], [5.0, -2.5, 1.0, 0.0]])
+    got = gm.quantise(v, 32)
+    assert got.shape == (3, 32) and got.dtype == np.int8
+    assert got[0, :4].tolist() == [127, -64, 25, 0]          # -63.5 rounds to the even -64
+    assert not got[1].any() and not got[0, 4:].any()
+    assert got[2].tolist() == got[0].tolist()
+    assert gm.code_stride(64) == 64 and gm.code_stride(65) == 96 and gm.code_stride(4) == 32
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 130), st.integers(0, 2**32 - 1))
+def test_codes_survive_decoding(d, seed):
+    """An entry's vector read back (a Clade copy, a lesson framed on its anchor) and stored again
+    gets the same codes; the stored direction is within the rounding's bound of the original:
+    codes = s v + e with |e_t| <= 1/2 and s = 127 / max|v|, so the angle between them is at most
+    asin(sqrt(d) / 2 / (s |v|)) and the cosine with any unit query moves by no more than that."""
+    v = np.random.default_rng(seed).standard_normal((5, d))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    codes = gm.quantise(v, gm.code_stride(d))
+    back = gm.decode(codes, d)
+    assert np.array_equal(gm.quantise(back, gm.code_stride(d)), codes)
+    assert np.allclose(np.linalg.norm(back, axis=1), 1.0, atol=1e-6)
+    bound = np.arcsin(np.minimum(1.0, np.sqrt(d) / 2 * np.abs(v).max(axis=1) / 127))
+    cos = np.sum(back.astype(np.float64) * v, axis=1)
+    assert np.all(np.arccos(np.minimum(cos, 1.0)) <= bound + 1e-6)
+
+
+def test_embeddings_view_reads_and_writes_codes():
+    gr = gm.Grimoire(1, 3, 4)
+    gr.emb[1] = [0.0, 3.0, 4.0, 0.0]
+    assert gr.codes[1].tolist()[:4] == [0, 95, 127, 0]       # 3 * 127 / 4 = 95.25
+    np.testing.assert_allclose(gr.emb[1], np.array([0, 95, 127, 0]) / math.hypot(95, 127), rtol=1e-6)
+    assert gr.emb.shape == (3, 4) and gr.emb.nbytes == gr.codes.nbytes
+    assert not np.asarray(gr.emb)[0].any()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 3), st.integers(1, 6), st.lists(st.integers(0, 9), max_size=6))
+def test_slots_below_the_count_always_hold_an_entry(seed, n_golems, cap, batches):
+    """Retrieval reads no id column: every slot below a slab's count must hold an entry, through
+    free slots, evictions and refused writes (a slab of protected entries)."""
+    rng = np.random.default_rng(seed)
+    gr = gm.Grimoire(n_golems, cap, 4)
+    for size in batches:
+        gr.insert(rng.integers(0, n_golems, size), rng.normal(size=(size, 4)), dict(
+            importance=rng.uniform(0, 1, size).astype(np.float32),
+            salience=rng.choice([0.1, 0.9], size).astype(np.float32),
+            decay_class=rng.integers(0, 4, size).astype(np.int8)))
+        for g in range(n_golems):
+            assert (gr.cols["id"][g * cap:g * cap + gr.count[g]] >= 0).all()
 
 
 def _reference_slots(golems, count, cap, imp, conf, sal, dclass, flash, status):
@@ -236,3 +292,40 @@ def test_eviction_drops_the_evicted_entries_side_records_only():
     for side in (gr.phrases, gr.links, gr.recall_when):
         assert 1 not in side and set(side) == {0, 2, 3, 4}
     assert list(gr.phrases) == [0, 2, 3, 4]           # the others keep their order
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 6), st.integers(0, 40), st.integers(1, 7))
+def test_insert_in_pieces_is_one_insert(seed, n_golems, cap, batch, max_rows):
+    """A large batch inserted in pieces of whole Golems (`insert_pieces`, a Clade push's copies)
+    gives the slots, ids, columns and codes of one insert of the whole batch, refusals included."""
+    rng = np.random.default_rng(seed)
+    arenas = [gm.Grimoire(n_golems, cap, 4) for _ in range(2)]
+    pre = int(rng.integers(0, n_golems * cap + 1))
+    pre_rows = (rng.integers(0, n_golems, pre), rng.normal(size=(pre, 4)), dict(
+        importance=rng.choice([0.1, 0.5, 0.9], pre).astype(np.float32),
+        salience=rng.choice([0.0, 0.3, 0.9], pre).astype(np.float32),
+        decay_class=rng.integers(0, 4, pre).astype(np.int8)))
+    golem = rng.integers(0, n_golems, batch)
+    codes = gm.quantise(rng.normal(size=(batch, 4)), 32)
+    imp = rng.choice([0.05, 0.5, 0.95], batch).astype(np.float32)
+    sal = rng.choice([0.0, 0.8], batch).astype(np.float32)
+
+    def rows(idx):
+        return codes[idx], dict(importance=imp[idx], salience=sal[idx], created_ms=7)
+    got = []
+    for gr, pieces in zip(arenas, (False, True)):
+        if pre:
+            gr.insert(*pre_rows)
+        if pieces:
+            got.append(gr.insert_pieces(golem, rows, max_rows=max_rows))
+        else:
+            got.append(gr.insert(golem, None, rows(np.arange(batch))[1], codes=codes))
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)
+    one, split = arenas
+    assert one.next_id == split.next_id
+    np.testing.assert_array_equal(one.codes, split.codes)
+    np.testing.assert_array_equal(one.count, split.count)
+    for k in one.cols:
+        np.testing.assert_array_equal(one.cols[k], split.cols[k], err_msg=k)

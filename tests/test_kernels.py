@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from golem import kernels
 from golem import retrieval as rt
-from golem.grimoire import ARCHIVED, DAY_MS, STALE, Grimoire
+from golem.grimoire import ARCHIVED, DAY_MS, STALE, Grimoire, quantise
 
 TOL = 1e-9
 NOW = 50 * DAY_MS
@@ -32,7 +32,7 @@ def arenas(draw):
     seed = draw(st.integers(0, 2**32 - 1))
     p_tag = draw(st.sampled_from([0.0, 0.5, 1.0]))
     p_react = draw(st.sampled_from([0.0, 0.5]))
-    p_dead = draw(st.sampled_from([0.0, 0.2]))         # archived, expired, empty (id -1) slots
+    p_dead = draw(st.sampled_from([0.0, 0.2]))         # archived, expired, at the expiry boundary
     p_zero_pad = draw(st.sampled_from([0.0, 0.3]))     # tagged with a zero PAD vector
     p_dup = draw(st.sampled_from([0.0, 0.3]))          # exact copies of an earlier entry (ties)
     rng = np.random.default_rng(seed)
@@ -70,14 +70,15 @@ def arenas(draw):
     c["status"][dead & (kind == 0)] = ARCHIVED
     c["last_access_ms"][dead & (kind == 1)] = NOW - 30 * DAY_MS       # past twice the window: expired
     c["window_ms"][dead & (kind == 1)] = DAY_MS
-    c["id"][dead & (kind == 2)] = -1
-    gr._stamp_unit_pad(np.arange(n))
+    edge = dead & (kind == 2)                                          # age exactly twice the window
+    c["window_ms"][edge] = DAY_MS
+    c["last_access_ms"][edge] = NOW - 2 * DAY_MS
     dup = np.flatnonzero(rng.uniform(size=n) < p_dup)
     for s in dup:
         src = int(rng.integers(0, s + 1))
         for col in c.values():
             col[s] = col[src]
-        gr.emb[s] = gr.emb[src]
+        gr.codes[s] = gr.codes[src]
     q = _unit(rng.standard_normal((n_golems, dim))).astype(np.float32)
     pad = rng.uniform(-1, 1, (n_golems, 3))
     pad[rng.uniform(size=n_golems) < 0.15] = 0.0                       # a calm Golem: zero PAD query
@@ -123,7 +124,9 @@ def test_retrieval_params_come_from_their_config_keys():
                                      reactivation_boost=0.7, charge_fading=False, salience_cap=0.6, live=True,
                                      somatic_weights=(0.1, 0.2, 0.3, 0.4))
     assert _params(retrieval__salience_rank="shadow").live is False
-filters = st.tuples(st.sampled_from([0.0, 0.3, 0.6]), st.sampled_from([0, 1, -1]))
+
+
+filters = st.tuples(st.sampled_from([None, 0.0, 0.3, 0.6]), st.sampled_from([0, 1, -1]))
 
 
 # ----------------------------------------------------------------------------- Python computations
@@ -168,8 +171,11 @@ def test_kernel_agrees_with_reference(arena, prm, flt):
         for r, (s, score, fac) in enumerate(ref):
             assert abs(res.scores[i, r] - score) <= TOL
             assert np.all(np.abs(res.factors[i, r] - np.array(fac)) <= TOL), (res.factors[i, r], fac)
-            # the semantic factor is the same sum in the same order: bit for bit
+            # the semantic factor is the same integers and float operations: bit for bit; so is
+            # the emotional factor without charge fading (pad_cosine_safe's operations)
             assert res.factors[i, r, 0] == fac[0]
+            if not prm.charge_fading:
+                assert res.factors[i, r, 3] == fac[3]
         assert np.all(res.slots[i, len(ref):] == -1)
 
 
@@ -217,14 +223,51 @@ def test_repeatable_and_batch_independent(arena, prm):
 
 # ----------------------------------------------------------------------------- the pieces
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 400), st.integers(0, 2**32 - 1))
-def test_dot_lanes_is_the_reference_sum_bit_for_bit(d, seed):
+@given(st.integers(1, 400), st.integers(0, 2**32 - 1), st.booleans())
+def test_dot_products_are_the_integer_sums(d, seed, extreme):
+    """The kernel's 16-row dot products and norms (pmaddwd where the CPU has it, the plain-IR twin,
+    the scalar loop for the arena's last rows) = Python's integer sums; and the semantic factor of
+    the kernel = `rt.semantic` bit for bit. `extreme`: every code at +-127 and the query at its
+    largest, the int32 bound of `kernels.query_max`."""
     rng = np.random.default_rng(seed)
-    e = rng.standard_normal((3, d)).astype(np.float32)
-    qv = rng.standard_normal(d).astype(np.float32)
-    got = kernels.dot_lanes(e, 1, qv.astype(np.float64))
-    assert got == rt.semantic_dot(e[1], qv)
-    assert abs(got - float(e[1].astype(np.float64) @ qv.astype(np.float64))) <= 1e-12 * max(1.0, d)
+    gr = Grimoire(1, 40, d)
+    v = rng.choice([-1.0, 1.0], (40, d)) if extreme else rng.standard_normal((40, d))
+    gr.codes[:] = quantise(v, gr.codes.shape[1])
+    qv = (rng.choice([-1.0, 1.0], (3, d)) if extreme else rng.standard_normal((3, d))).astype(np.float32)
+    qc, qs = rt.query_codes(qv, gr.codes.shape[1])
+    assert np.abs(qc).max() <= kernels.query_max(gr.codes.shape[1])
+    row0 = int(rng.integers(0, 40 - kernels.ROWS + 1))
+    want_d = [sum(int(a) * int(b) for a, b in zip(gr.codes[row0 + r], qc[2])) for r in range(kernels.ROWS)]
+    want_n = [sum(int(a) ** 2 for a in gr.codes[row0 + r]) for r in range(kernels.ROWS)]
+    for generic in (False, True):
+        dv, nv, ds, ns = kernels.dots16(gr.codes, row0, qc, 2, generic)
+        assert dv.tolist() == want_d and ds.tolist() == want_d
+        assert nv.tolist() == want_n and ns.tolist() == want_n
+    gr.count[0] = 40
+    gr.cols["window_ms"][:] = math.inf
+    gr.cols["importance"][:] = 0.5
+    res = rt.retrieve(gr, np.array([0]), qv[2:3], np.zeros((1, 3)), NOW, rt.RetrievalParams(top_k=40))
+    for r, s in enumerate(res.slots[0]):
+        assert res.factors[0, r, 0] == rt.semantic(gr.codes[s], qc[2], qs[2])
+
+
+def test_semantic_factor_by_hand():
+    """cos of the stored codes with the query codes: codes (127, 0, ...) against the axis are 1
+    exactly; codes (3, 4) against (1, 0): 3 * 32767 / (32767 * 5) = 0.6; zero codes give 0."""
+    gr = Grimoire(1, 3, 4)
+    gr.emb[0] = [2.0, 0, 0, 0]
+    gr.codes[1, :4] = [3, 4, 0, 0]
+    qc, qs = rt.query_codes(np.array([[1, 0, 0, 0]], np.float32), gr.codes.shape[1])
+    assert qc[0, :4].tolist() == [32767, 0, 0, 0] and qs[0] == 32767.0
+    assert gr.codes[0, :4].tolist() == [127, 0, 0, 0]
+    assert rt.semantic(gr.codes[0], qc[0], qs[0]) == 1.0
+    assert rt.semantic(gr.codes[1], qc[0], qs[0]) == 0.6
+    assert rt.semantic(gr.codes[2], qc[0], qs[0]) == 0.0
+    gr.count[0] = 3
+    gr.cols["window_ms"][:3] = math.inf
+    res = rt.retrieve(gr, np.array([0]), np.array([[1, 0, 0, 0]], np.float32), np.zeros((1, 3)), NOW,
+                      rt.RetrievalParams(top_k=3))
+    assert res.slots[0].tolist() == [0, 1, 2] and res.factors[0, :, 0].tolist() == [1.0, 0.6, 0.0]
 
 
 def test_exp2_within_an_ulp_or_two():
@@ -250,10 +293,9 @@ def test_untagged_and_zero_pad_are_neutral():
     c["last_access_ms"][:4] = NOW
     c["window_ms"][:4] = 10 * DAY_MS
     c["has_tag"][:4] = [False, True, True, False]
-    c["p"][:4] = [0.9, 0.0, 0.5, -0.7]        # untagged entries' P is never read
+    c["p"][:4] = [0.9, 0.0, 0.5, -0.7]        # untagged entries' P, A, D are never read
+    c["a"][:4] = [0.5, 0.0, 0.5, 0.9]
     c["i0"][:4] = [0.0, 0.5, 0.5, 0.0]
-    gr._stamp_unit_pad(np.arange(4))
-    c["up"][3] = 0.8                           # a stale unit vector on an untagged entry: still 0.5
     res = rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32) / np.sqrt(8), np.array([[0.5, 0.5, 0.5]]),
                       NOW, _params(retrieval__top_k=4))
     emo = {int(s): res.factors[0, r, 3] for r, s in enumerate(res.slots[0])}
@@ -263,9 +305,9 @@ def test_untagged_and_zero_pad_are_neutral():
 
 
 def test_bytes_per_entry_is_o_d():
-    """SPEC §3.5 / issue 8: memory per Grimoire entry <= 4 d + 256 bytes."""
+    """SPEC §3.5 / issue 23: memory per Grimoire entry <= 2 d + 128 bytes (d codes and the columns)."""
     for d in (64, 384):
-        assert Grimoire(2, 8, d).bytes_per_entry() <= 4 * d + 256
+        assert Grimoire(2, 8, d).bytes_per_entry() <= 2 * d + 128
 
 
 def test_parallel_kernel_is_the_serial_kernel():
@@ -287,7 +329,6 @@ def test_parallel_kernel_is_the_serial_kernel():
     for k in "pad":
         c[k][:] = rng.uniform(-1, 1, n)
     c["i0"][:] = rng.uniform(0, 1, n)
-    gr._stamp_unit_pad(np.arange(n))
     golems = rng.permutation(gr.n_golems)
     q = _unit(rng.standard_normal((golems.size, 16))).astype(np.float32)
     pad = rng.uniform(-1, 1, (golems.size, 3))
@@ -304,11 +345,12 @@ def test_parallel_kernel_is_the_serial_kernel():
     out = [np.empty_like(getattr(one, name)) for name in names]
     for a in out:
         a.fill(0)
-    args = (golems, gr.count, gr.capacity, q, pad, np.zeros(golems.size, np.int8), np.int64(NOW), c["id"], gr.emb,
+    qc, qs = rt.query_codes(q, gr.codes.shape[1])
+    args = (golems, gr.count, gr.capacity, qc, qs, pad, np.zeros(golems.size, np.int8), np.int64(NOW), gr.codes,
             c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"], c["confidence"],
-            c["has_tag"], c["p"], c["up"], c["ua"], c["ud"], c["i0"], c["created_ms"], c["reactivated"],
+            c["has_tag"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"], c["reactivated"],
             c["last_react_ms"], np.asarray(prm.weights), prm.temporal_base, prm.half_life_days * DAY_MS,
-            prm.reactivation_boost, prm.charge_fading, prm.top_k, prm.salience_cap, 0.0, prm.live, *out)
+            prm.reactivation_boost, prm.charge_fading, prm.top_k, prm.salience_cap, -1.0, prm.live, *out)
     kernels.retrieve_batch_parallel(*args)        # whatever retrieve() chose, run the parallel one too
     for name, par in zip(names, out):
         np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
@@ -385,7 +427,6 @@ def test_served_factors_charge_with_a_reactivation_boost_by_hand():
     c["reactivated"][0] = True
     c["last_react_ms"][0] = NOW - 3 * DAY_MS
     c["importance"][0] = 0.5
-    gr._stamp_unit_pad(np.arange(4))
     prm = _params()                                 # the spec's half-life 3 days and boost 0.3
     got = rt.served_factors(gr, np.array([0]), np.array([[1, 0, 0, 0]], np.float32), np.array([[1.0, 0.0, 0.0]]), NOW, prm)
     assert got[0, 0] == 1.0
@@ -414,7 +455,6 @@ def test_served_factors_powers_of_two_are_pow_not_exp2():
     c["created_ms"][:] = NOW - 3000 * DAY_MS
     c["reactivated"][:] = True
     c["last_react_ms"][:] = NOW - np.array(ages)
-    gr._stamp_unit_pad(np.arange(n))
     prm = _params(decay__reactivation_boost=1.0)
     q = np.tile(np.array([1, 0, 0, 0], np.float32), (n, 1))
     pad = np.tile([1.0, 0.0, 0.0], (n, 1))

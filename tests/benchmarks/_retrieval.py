@@ -5,17 +5,22 @@ four-factor score of every eligible entry of its slab, the served top-k, the sal
 top-k (§4.2), and the pool statistics of §13 (n eligible, sum of emotional factors, sum of
 valences, best non-negative entry). Three ways:
 
-- `kernel`: the engine (`golem.retrieval.retrieve`, float64-exact, one fused numba pass);
+- `kernel`: the engine (`golem.retrieval.retrieve`: int8 codes, exact integer dot products,
+  float64 factors, one fused numba pass);
 - `Idiomatic`: numpy as one would first write it (matmul, elementwise factors in float64,
-  `argpartition`), no precomputation beyond what the arena stores (unit embeddings, unit PAD);
-- `Tuned`: numpy as one would write it for speed: float32 throughout, `out=` buffers reused,
-  every term that does not depend on the query precomputed "at insert" (expiry time, the
-  temporal and charge exponents, the salience multiplier, the importance term, masks).
+  `argpartition`) on the stored vectors decoded once to float64 (what `Grimoire.emb` reads);
+- `Tuned`: numpy as one would write it for speed: the vectors decoded once to float32, float32
+  throughout, `out=` buffers reused, every term that does not depend on the query precomputed
+  "at insert" (expiry time, the temporal and charge exponents, the unit PAD, the salience
+  multiplier, the importance term, masks).
 
-and the floors: `Floor.sgemv` (the BLAS matrix-vector pass over the same embeddings, one per slab,
-batched for several Golems: `np.matmul` on the stacked slabs), `Floor.full_mm` (one BLAS
-matrix-matrix product of every query with every entry of the arena) and `stream_read` (a plain
-numba read of every word of the embedding block, the memory-bandwidth ceiling).
+Both peers score the query as the kernel does (its int16 codes, decoded), so that they return the
+kernel's results and are timed doing the same work. The floors: `stream_read` (a plain numba read
+of every byte the kernel's scan reads: the codes and the 13 columns, `scan_arrays`; one thread, or
+the Golems' slabs over numba's threads), `Floor.sgemv` (the BLAS matrix-vector pass over float32
+embeddings, what a float32 store must at least read, one per slab, batched for several Golems:
+`np.matmul` on the stacked slabs) and `Floor.full_mm` (one BLAS matrix-matrix product of every
+query with every entry of the arena).
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # DESIGN: BLAS threads fight numba's on 2 cores
 
 import numpy as np  # noqa: E402
-from numba import njit  # noqa: E402
+from numba import njit, prange  # noqa: E402
 
 from golem import retrieval as rt  # noqa: E402
 from golem.grimoire import ARCHIVED, DAY_MS, Grimoire  # noqa: E402
@@ -71,8 +76,13 @@ def build_arena(n_golems: int, cap: int, dim: int, seed: int = 0, tagged: float 
     c["i0"][:] = np.where(tag, rng.uniform(0.05, 1, n), 0.0)
     c["reactivated"][:] = tag & (rng.uniform(size=n) < 0.3)
     c["last_react_ms"][:] = np.where(c["reactivated"], NOW_MS - rng.integers(0, 5 * DAY_MS, n), -1)
-    gr._stamp_unit_pad(np.arange(n))
     return gr
+
+
+def decoded_queries(q: np.ndarray, gr: Grimoire) -> np.ndarray:
+    """The queries as the kernel scores them (their int16 codes over the scale), float64."""
+    qc, qs = rt.query_codes(q, gr.codes.shape[1])
+    return qc[:, :gr.dim] / qs[:, None]
 
 
 def make_queries(b: int, dim: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -105,10 +115,12 @@ class Idiomatic:
 
     def __init__(self, gr: Grimoire, prm):
         self.gr, self.prm = gr, prm
+        self.emb = gr.emb[:].astype(np.float64)
 
     def __call__(self, golems, q, pad, now, min_conf: float = 0.0):
         gr, prm = self.gr, self.prm
         c = gr.cols
+        q = decoded_queries(q, gr)
         b = len(golems)
         slots = np.full((b, K), -1, np.int64)
         shadow = np.full((b, K), -1, np.int64)
@@ -118,13 +130,14 @@ class Idiomatic:
         for i, g in enumerate(golems):
             sl = gr.slab(int(g))
             lo = sl.start
-            sem = gr.emb[sl] @ q[i]
+            sem = self.emb[sl] @ q[i]
             age = now - c["last_access_ms"][sl]
-            elig = ((c["id"][sl] >= 0) & (c["status"][sl] != ARCHIVED) & (age < 2.0 * c["window_ms"][sl])
+            elig = ((c["status"][sl] != ARCHIVED) & (age < 2.0 * c["window_ms"][sl])
                     & (c["confidence"][sl] >= min_conf))
             tmp = prm.temporal_base ** (age / HOUR_MS)
-            cur = pad[i] / max(np.linalg.norm(pad[i]), 1e-8)
-            pc = (c["up"][sl] * cur[0] + c["ua"][sl] * cur[1] + c["ud"][sl] * cur[2] + 1.0) / 2.0
+            tag = np.stack([c["p"][sl], c["a"][sl], c["d"][sl]], axis=1).astype(np.float64)
+            pc = (tag @ pad[i] / (np.maximum(np.linalg.norm(tag, axis=1), 1e-8) * max(np.linalg.norm(pad[i]), 1e-8))
+                  + 1.0) / 2.0
             i0 = c["i0"][sl].astype(np.float64)
             base = i0 * 2.0 ** (-(now - c["created_ms"][sl]) / hl)
             lr = c["last_react_ms"][sl]
@@ -169,6 +182,7 @@ class Tuned:
         hl = prm.half_life_days * DAY_MS
         f32 = np.float32
         self.lnb_h = math.log(prm.temporal_base) / HOUR_MS
+        self.emb = gr.emb[:]
         self.alive = (c["id"] >= 0) & (c["status"] != ARCHIVED)
         self.expire = c["last_access_ms"] + 2.0 * c["window_ms"]
         self.la_k = ((c["last_access_ms"] - epoch_ms) * self.lnb_h).astype(f32)
@@ -176,7 +190,7 @@ class Tuned:
         react = c["reactivated"] & (c["last_react_ms"] >= 0)
         self.lr_h = np.where(react, (c["last_react_ms"] - epoch_ms) / hl, -1e4).astype(f32)
         self.gain = np.where(react, prm.reactivation_boost / np.maximum(c["i0"], 1e-8), 0.0).astype(f32)
-        self.up, self.ua, self.ud = (c[k].astype(f32) for k in ("up", "ua", "ud"))
+        self.up, self.ua, self.ud = (u.astype(f32) for u in gr.unit_pad(np.arange(c["id"].size)).T)
         self.impw = (w[2] * c["importance"].astype(np.float64) + w[3] * 0.5).astype(f32)
         self.salm = (1.0 + prm.salience_cap * c["salience"].astype(np.float64)).astype(f32)
         self.pv = np.where(c["has_tag"], c["p"], 0.0).astype(f32)
@@ -199,7 +213,8 @@ class Tuned:
         f32 = np.float32
         sem, t1, t2, t3, sc, sh, eligf = (B[k][sl] for k in ("sem", "t1", "t2", "t3", "sc", "sh", "eligf"))
         elig, nelig = self.elig[sl], self.nelig[sl]
-        E = gr.emb[sl].reshape(b, cap, gr.dim)
+        q = decoded_queries(q, gr).astype(f32)
+        E = self.emb[sl].reshape(b, cap, gr.dim)
         if b == 1:
             np.matmul(E[0], q[0], out=sem)
         else:
@@ -266,10 +281,12 @@ class Tuned:
 
 # ----------------------------------------------------------------------------- floors
 class Floor:
-    """What any retrieval must at least do: read every embedding of the queried slabs once."""
+    """The BLAS pass a float32 store must at least make: every float32 embedding of the queried
+    slabs read once (the vectors decoded from the codes once, at construction)."""
 
     def __init__(self, gr: Grimoire, b: int):
         self.gr = gr
+        self.emb = gr.emb[:]
         self.out = np.empty(gr.n_golems * gr.capacity, np.float32)
         self.full = None
 
@@ -278,7 +295,7 @@ class Floor:
         gr = self.gr
         cap, b = gr.capacity, len(golems)
         lo = int(golems[0]) * cap
-        E = gr.emb[lo:lo + b * cap]
+        E = self.emb[lo:lo + b * cap]
         if b == 1:
             return np.matmul(E, q[0], out=self.out[:cap])
         return np.matmul(E.reshape(b, cap, gr.dim), q[:, :, None], out=self.out[:b * cap].reshape(b, cap, 1))
@@ -290,26 +307,64 @@ class Floor:
         lo = int(golems[0]) * cap
         if self.full is None or self.full.shape != (b * cap, b):
             self.full = np.empty((b * cap, b), np.float32)
-        return np.matmul(gr.emb[lo:lo + b * cap], q.T, out=self.full)
+        return np.matmul(self.emb[lo:lo + b * cap], q.T, out=self.full)
+
+
+#: the columns the kernel's scan reads for every entry (besides the codes; confidence only under a
+#: confidence floor)
+SCAN_COLUMNS = ("last_access_ms", "window_ms", "status", "importance", "salience", "has_tag", "p", "a", "d",
+                "i0", "created_ms", "reactivated", "last_react_ms")
+
+
+def scan_arrays(gr: Grimoire) -> list[np.ndarray]:
+    """The arrays the kernel's scan reads, each as one row per slot."""
+    return [gr.codes] + [gr.cols[k] for k in SCAN_COLUMNS]
+
+
+def scan_bytes_per_entry(gr: Grimoire) -> int:
+    return sum(a.itemsize * (a.shape[1] if a.ndim == 2 else 1) for a in scan_arrays(gr))
 
 
 @njit(cache=True)
-def _stream_u64(a):
+def _stream_u8(a):
     acc = np.uint64(0)
-    for i in range(a.size):
-        acc ^= a[i]
+    n8 = a.size // 8
+    w = a[:n8 * 8].view(np.uint64)
+    for i in range(n8):
+        acc ^= w[i]
+    for i in range(n8 * 8, a.size):
+        acc ^= np.uint64(a[i])
     return acc
 
 
-def stream_read(gr: Grimoire, golems=None) -> int:
-    """Plain read of every 8-byte word of the embedding block (xor-reduce): the bandwidth ceiling."""
-    if golems is None:
-        flat = gr.emb.reshape(-1)
-    else:
-        cap = gr.capacity
-        lo = int(golems[0]) * cap
-        flat = gr.emb[lo:lo + len(golems) * cap].reshape(-1)
-    return int(_stream_u64(flat.view(np.uint64)))
+@njit(cache=True, parallel=True)
+def _stream_slabs(arrays_u8, widths, lo, cap, b):
+    """xor of every byte of each Golem's slab in each array, Golems over numba's threads."""
+    acc = np.zeros(b, np.uint64)
+    for g in prange(b):
+        x = np.uint64(0)
+        for a in range(len(arrays_u8)):
+            w = widths[a]
+            x ^= _stream_u8(arrays_u8[a][(lo + g * cap) * w:(lo + (g + 1) * cap) * w])
+        acc[g] = x
+    return acc
+
+
+def stream_read(gr: Grimoire, golems=None, threads: bool = False) -> int:
+    """Plain read of every byte the kernel's scan reads (`scan_arrays`) for the given Golems'
+    (consecutive) slabs, or the whole arena: the memory-bandwidth ceiling of a retrieval. One
+    thread, or the slabs over numba's threads (as the engine runs the kernel on a batch)."""
+    cap = gr.capacity
+    lo, b = (0, gr.n_golems) if golems is None else (int(golems[0]) * cap, len(golems))
+    flat = [a.reshape(-1).view(np.uint8) for a in scan_arrays(gr)]
+    widths = np.array([a.itemsize * (a.shape[1] if a.ndim == 2 else 1) for a in scan_arrays(gr)], np.int64)
+    if threads:
+        from numba.typed import List
+        return int(np.bitwise_xor.reduce(_stream_slabs(List(flat), widths, lo, cap, b)))
+    acc = 0
+    for a, w in zip(flat, widths):
+        acc ^= int(_stream_u8(a[lo * w:(lo + b * cap) * w]))
+    return acc
 
 
 # ----------------------------------------------------------------------------- checks and timing

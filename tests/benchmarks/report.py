@@ -1,12 +1,17 @@
-"""Print the performance table of docs/performance.md: retrieval ratios and whole runs.
+"""Print the performance tables of docs/performance.md: retrieval ratios, whole runs, peers.
 
-    OPENBLAS_NUM_THREADS=1 python tests/benchmarks/report.py            # everything (~1 h)
+    OPENBLAS_NUM_THREADS=1 python tests/benchmarks/report.py            # everything (~1.5 h)
     OPENBLAS_NUM_THREADS=1 python tests/benchmarks/report.py --quick    # N <= 1M d = 64 only, 1-day runs
+    OPENBLAS_NUM_THREADS=1 python tests/benchmarks/report.py --peers-only [--duration 10d]
 
 Retrieval: every implementation of one case is timed round-robin in one process (CPU time of
 this thread, the minimum over rounds), so each ratio compares measurements taken side by side.
 Whole runs: each in a fresh process (tests/benchmarks/_run.py), phases timed from outside, the
-retrieval floor of one tick measured in the same process on the final arena.
+retrieval floor of one tick (a stream read of the bytes the scan reads) measured in the same
+process on the final arena. Peers: the engine's recorded bench at capacity 1,024 and the
+Golem-lite peers of `../shared/peers/` (read from there: the vectorised numpy one always, Mesa's
+when `mesa` imports), each a fresh process, alternating for `--peer-rounds` rounds; the ratios
+are Golem-ticks per second, engine over peer, per round.
 """
 from __future__ import annotations
 
@@ -29,6 +34,11 @@ import numpy as np  # noqa: E402
 
 import _retrieval as R  # noqa: E402
 from _run import PHASES, in_child  # noqa: E402
+
+#: where the Golem-lite peers live: $GOLEM_PEERS, else shared/peers beside the repository (or
+#: beside the folder holding a worktree of it)
+PEER_DIRS = [Path(os.environ["GOLEM_PEERS"])] if os.environ.get("GOLEM_PEERS") else [
+    ROOT.parent / "shared" / "peers", ROOT.parents[1] / "shared" / "peers"]
 
 
 def machine() -> str:
@@ -79,8 +89,10 @@ def retrieval_case(n: int, d: int, mode: str, rounds: int) -> dict:
                           "sgemv": fns["sgemv"]}, rounds=rounds, min_time=0.5, clock=time.perf_counter)
         t["wall_kernel_1t"], t["wall_kernel_mt"], t["wall_sgemv"] = tw["kernel_1t"], tw["kernel_mt"], tw["sgemv"]
     t["n"], t["d"], t["mode"] = n, d, mode
-    t["gb_s_kernel"] = gr.emb.nbytes / t["kernel"] / 1e9
-    t["gb_s_stream"] = gr.emb.nbytes / t["stream"] / 1e9
+    scan = R.scan_bytes_per_entry(gr) * gr.n_golems * gr.capacity
+    t["scan_bytes_per_entry"] = R.scan_bytes_per_entry(gr)
+    t["gb_s_kernel"] = scan / t["kernel"] / 1e9
+    t["gb_s_stream"] = scan / t["stream"] / 1e9
     return t
 
 
@@ -115,19 +127,74 @@ def waiting(r: dict) -> float:
 
 def runs_table(runs: list[dict]) -> str:
     head = ("| capacity | recording | Golem-ticks/s | ms per tick (1,000 Golems) | retrieval floor ms | tick / floor | "
-            "kernel ms, 2 threads / 1 (same arena) | per-agent peer Golem-ticks/s | engine / peer | peak RSS MB | "
-            "simulation thread waiting ms per tick | " + " | ".join(f"{p} %" for p in PHASES) + " |")
-    out = [head, "|" + "---:|" * (11 + len(PHASES))]
+            "kernel ms, 2 threads / 1 (same arena) | kernel / floor | float32 sgemv ms | per-agent peer Golem-ticks/s | "
+            "engine / peer | peak RSS MB | simulation thread waiting ms per tick | "
+            + " | ".join(f"{p} %" for p in PHASES) + " |")
+    out = [head, "|" + "---:|" * (13 + len(PHASES))]
     for r in runs:
         fl = r["floor"]
         tot = max(r["run_s"], 1e-9)
         out.append(
             f"| {r['capacity']:,} | {'on' if r['record'] else 'off'} | {r['golem_ticks_per_s']:,.0f} | "
-            f"{1e3 * r['s_per_cohort_tick']:.1f} | {1e3 * fl['sgemv_s']:.1f} | {r['s_per_cohort_tick'] / fl['sgemv_s']:.1f} | "
-            f"{1e3 * fl['kernel_s']:.1f} / {1e3 * fl['kernel_1t_s']:.1f} | {r['peer']['golem_ticks_per_s']:,.0f} | "
+            f"{1e3 * r['s_per_cohort_tick']:.1f} | {1e3 * fl['stream_s']:.1f} | {r['s_per_cohort_tick'] / fl['stream_s']:.2f} | "
+            f"{1e3 * fl['kernel_s']:.1f} / {1e3 * fl['kernel_1t_s']:.1f} | {fl['kernel_s'] / fl['stream_s']:.2f} | "
+            f"{1e3 * fl['sgemv_s']:.1f} | {r['peer']['golem_ticks_per_s']:,.0f} | "
             f"{r['golem_ticks_per_s'] / r['peer']['golem_ticks_per_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
             f"{waiting(r):.2f} | " + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
     return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- peers
+def peer_path(name: str) -> Path | None:
+    for d in PEER_DIRS:
+        if (d / name).is_file():
+            return d / name
+    return None
+
+
+def run_peer(script: Path, golems: int, ticks: int, capacity: int) -> dict:
+    """One peer in a fresh process; its last line is `RESULT ... agent_ticks_per_s=X ...`."""
+    cmd = [sys.executable, str(script), "--agents", str(golems), "--ticks", str(ticks), "--capacity", str(capacity),
+           "--no-collect"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    line = next(x for x in reversed(out.stdout.splitlines()) if x.startswith("RESULT"))
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    return {"golem_ticks_per_s": float(fields["agent_ticks_per_s"]), "seconds": float(fields["seconds"]),
+            "ticks": ticks, "golems": golems}
+
+
+def peers(duration: str | None, rounds: int, capacity: int = 1024) -> dict:
+    """The engine's recorded bench and the peers, alternating; ratios per round."""
+    import importlib.util
+    found = {"numpy": (peer_path("numpy_golem_lite.py"), 100)}
+    if importlib.util.find_spec("mesa") is not None:
+        found["mesa"] = (peer_path("mesa_golem_lite.py"), 60)
+    missing = [k for k, (p, _) in found.items() if p is None]
+    if missing:
+        raise SystemExit(f"peers {missing} not found in {[str(d) for d in PEER_DIRS]} (set GOLEM_PEERS)")
+    out: dict = {"rounds": []}
+    for i in range(rounds):
+        rnd = {}
+        print(f"  peers round {i + 1}: engine ...", file=sys.stderr, flush=True)
+        eng = in_child(capacity, True, duration)
+        rnd["engine"] = {"golem_ticks_per_s": eng["golem_ticks_per_s"], "s_per_cohort_tick": eng["s_per_cohort_tick"]}
+        for name, (path, ticks) in found.items():
+            print(f"  peers round {i + 1}: {name} ...", file=sys.stderr, flush=True)
+            rnd[name] = run_peer(path, 1000, ticks, capacity)
+            rnd[name]["engine_over_peer"] = eng["golem_ticks_per_s"] / rnd[name]["golem_ticks_per_s"]
+        out["rounds"].append(rnd)
+    return out
+
+
+def peers_table(p: dict) -> str:
+    names = [k for k in p["rounds"][0] if k != "engine"]
+    head = "| round | engine Golem-ticks/s | " + " | ".join(f"{n} Golem-ticks/s | engine / {n}" for n in names) + " |"
+    rows = [head, "|" + "---:|" * (2 + 2 * len(names))]
+    for i, r in enumerate(p["rounds"], 1):
+        rows.append(f"| {i} | {r['engine']['golem_ticks_per_s']:,.0f} | " + " | ".join(
+            f"{r[n]['golem_ticks_per_s']:,.0f} | {r[n]['engine_over_peer']:.2f}" for n in names) + " |")
+    return "\n".join(rows)
 
 
 def startup() -> tuple[float, float]:
@@ -151,10 +218,15 @@ def main(argv=None) -> None:
     ap.add_argument("--skip-retrieval", action="store_true")
     ap.add_argument("--skip-runs", action="store_true")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--peers-only", action="store_true", help="only the engine's bench beside the peers")
+    ap.add_argument("--peer-rounds", type=int, default=2)
     ap.add_argument("--json", default=None, help="also write every number to this file")
     a = ap.parse_args(argv)
     report: dict = {"machine": machine()}
     print(f"machine: {report['machine']}\n", flush=True)
+    if a.peers_only:
+        a.skip_retrieval = a.skip_runs = True
     if not a.skip_retrieval:
         rows = []
         dims = (64,) if a.quick else R.DIMS
@@ -181,10 +253,18 @@ def main(argv=None) -> None:
             off = next(r for r in runs if r["capacity"] == cap and not r["record"])
             print(f"- capacity {cap:,}: recording adds {100 * (on['run_s'] / off['run_s'] - 1):+.1f} % "
                   f"({on['run_s']:.1f} s vs {off['run_s']:.1f} s); bytes per entry {on['bytes_per_entry']:.0f} "
-                  f"(limit 4 d + 256 = {4 * on['dim'] + 256})")
+                  f"(limit 2 d + 128 = {2 * on['dim'] + 128}); the scan reads "
+                  f"{on['floor']['scan_bytes_per_entry']} of them")
         cold, warm = startup()
         report["startup"] = {"cold_s": cold, "warm_s": warm}
         print(f"- `golem-sim run` of a 5-minute scenario: {cold:.2f} s with an empty numba cache, {warm:.2f} s the second time\n")
+    if not a.skip_peers:
+        duration = a.duration or ("1d" if a.quick else None)
+        pr = peers(duration, a.peer_rounds)
+        report["peers"] = pr
+        print(f"## Peers (engine: scenarios/bench.yaml recorded at capacity 1,024, duration {duration or '10d'}; "
+              f"Golem-lite peers of ../shared/peers, 1,000 agents; alternating)\n")
+        print(peers_table(pr) + "\n", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2, default=float))
 
