@@ -82,15 +82,23 @@ def check_writable_file(path: Path, flag: str = "--out") -> None:
         raise InputError(f"{flag} {path}: cannot write under {parent} (read-only or not permitted)")
 
 
+#: the claims this process holds, by directory: within one process a later claim takes over an
+#: earlier one (a Python API run left open, then resumed), since flock would refuse the process itself
+_HELD: dict[Path, "Claim"] = {}
+
+
 class Claim:
     """This process' hold on a run directory (released when the run ends, or by the OS at exit)."""
 
     def __init__(self, run_dir: Path, fd: int):
         self.run_dir, self.fd = run_dir, fd
+        _HELD[Path(run_dir).resolve()] = self
 
     def release(self, remove: bool = True) -> None:
         if self.fd < 0:
             return
+        if _HELD.get(Path(self.run_dir).resolve()) is self:
+            del _HELD[Path(self.run_dir).resolve()]
         if remove:
             try:
                 (self.run_dir / LOCK).unlink()
@@ -127,6 +135,9 @@ def claim(out: Path, flag: str = "--out") -> Claim:
 def lock_existing(run_dir: Path) -> Claim:
     """Hold an existing run directory (resume): refused while another process holds it."""
     run_dir = Path(run_dir)
+    earlier = _HELD.get(run_dir.resolve())
+    if earlier is not None:
+        earlier.release(remove=False)
     try:
         fd = os.open(run_dir / LOCK, os.O_CREAT | os.O_WRONLY, 0o644)
     except OSError as exc:

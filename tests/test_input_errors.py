@@ -227,12 +227,16 @@ def test_memory_refused_before_allocating(tmp_path):
     """count: 10000 (the issue's 9.8 GiB allocation): refused with the estimate, nothing written."""
     from typer.testing import CliRunner
 
+    from golem.grimoire import Grimoire
     from sim.cli import app
+    from sim.resources import gib
+    per = Grimoire.bytes_for(1, 1, 64) - 8                  # the arena's layout decides, not a constant
     f = _file(tmp_path, GOOD.replace("count: 2", "count: 10000"))
     for cmd in (["validate", str(f)], ["run", str(f), "--out", str(tmp_path / "o"), "-q"]):
         r = CliRunner().invoke(app, cmd, env={"GOLEM_MEMORY_LIMIT": "8GiB"})
         line = one_line_error(r.exit_code, r.output, "golems: this world needs about",
-                              "Grimoire 16.1 GiB = 10,000 Golems x 4,096 entries x 421 B", "GOLEM_MEMORY_LIMIT")
+                              f"Grimoire {gib(Grimoire.bytes_for(10_000, 4096, 64))} = 10,000 Golems x 4,096 "
+                              f"entries x {per:,} B", "GOLEM_MEMORY_LIMIT")
     assert not (tmp_path / "o").exists()
     assert "more than the 8.0 GiB" in line
 
@@ -248,7 +252,8 @@ def test_memory_estimate_is_not_below_what_a_world_takes():
     sc, cfg, _, seed = prepare(path, sets=["grimoire.capacity=256"], environ={})
     world = World(sc, cfg, build_tape(sc, seed, cfg), seed)
     est = resources.estimate(sc, cfg, record=False)
-    grimoire = world.gr.emb.nbytes + sum(c.nbytes for c in world.gr.cols.values()) + world.gr.count.nbytes
+    grimoire = sum(c.nbytes for c in world.gr.cols.values()) + sum(
+        v.nbytes for v in vars(world.gr).values() if isinstance(v, np.ndarray))   # every array of the arena
     pop = sum(v.nbytes for v in vars(world.pop).values() if isinstance(v, np.ndarray))
     assert est["grimoire"] == grimoire
     assert pop <= est["golems"] <= 4 * pop
