@@ -17,7 +17,7 @@ from pathlib import Path
 
 from golem.grimoire import Grimoire
 from sim.errors import InputError, clip, escape
-from sim.scenario import Scenario, parse_duration
+from sim.scenario import BAR, Scenario, parse_duration
 
 #: population, Mind and per-Golem buffers (14 kB measured) with room to grow
 PER_GOLEM = 32 * 1024
@@ -55,7 +55,12 @@ def estimate(scenario: Scenario, cfg, record: bool = True) -> dict[str, int]:
     if record:
         ticks = 0.0
         for g in scenario.golems:
-            iv = parse_duration(g.interval) if g.interval is not None else cfg.heartbeat.interval_s
+            if g.interval == BAR:
+                # once per bar: a generated market's step; a tape's bar length is not known before the
+                # tape is read, so its rows are counted at the default heartbeat
+                iv = scenario.market.step_s if scenario.market.tape is None else cfg.heartbeat.interval_s
+            else:
+                iv = parse_duration(g.interval) if g.interval is not None else cfg.heartbeat.interval_s
             ticks += g.count * min(scenario.duration_s, cfg.recording.flush_every_s) / iv
         parts["buffers"] = int(ticks * PER_ROW)
     return parts

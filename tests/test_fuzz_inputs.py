@@ -85,7 +85,7 @@ valid_group = st.fixed_dictionaries({"count": st.integers(1, 3)}, optional={
     "strategy": st.sampled_from(["momentum", "mean_reversion", "hodl"]),
     "temperament": st.lists(st.floats(-1, 1), min_size=3, max_size=3),
     "budget": st.floats(0.01, 1e6), "capital": st.floats(1, 1e9), "exposure": st.floats(0, 1),
-    "spread": st.floats(0, 1), "interval": st.sampled_from(["5m", 300, "10m", 60, "2h", 1, "90s"]),
+    "spread": st.floats(0, 1), "interval": st.sampled_from(["5m", 300, "10m", 60, "2h", 1, "90s", "bar"]),
     "start": st.sampled_from([0, "10m", 100, "2h"]), "prefill": st.integers(0, 50),
 })
 valid_event = st.fixed_dictionaries({"kind": st.sampled_from(["exploit", "rug_pull", "depeg", "gas_spike",
