@@ -34,6 +34,7 @@ except for a big world on a short run, where that would cost more than a tenth o
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -239,8 +240,11 @@ def _write_arrays(path: Path, arrays: dict) -> tuple[list, int, str]:
             os.fsync(fh.fileno())
         digest = rundir.sha256_file(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is None and "requested and" in str(exc):
+            # numpy's tofile reports a short write without errno: on a regular file that is a full disk
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(tmp)) from exc
         raise
     return index, path.stat().st_size, digest
 
