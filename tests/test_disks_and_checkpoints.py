@@ -335,9 +335,13 @@ def test_corrupt_newest_checkpoint_falls_back(ref, stopped, tmp_path, damage):
         target.write_bytes(target.read_bytes()[:100])
     else:
         _flip(target)
-    r = golem("resume", run, "-q")
-    assert r.returncode == 0, r.stderr
-    assert f"{newest.name}: corrupt" in r.stderr and "resumed from the previous good one" in r.stderr
+    if damage == "json":                 # one through a real process, the others in this one
+        r = golem("resume", run, "-q")
+        code, text = r.returncode, r.stderr
+    else:
+        code, text = cli("resume", run, "-q")
+    assert code == 0, text
+    assert f"{newest.name}: corrupt" in text and "resumed from the previous good one" in text
     m = json.loads((run / "manifest.json").read_text())
     assert m["checkpoint"] == _states(stopped)[0].name and m["checkpoint_rejected"]
     assert content_hashes(run) == hashes
@@ -388,7 +392,8 @@ def test_checkpoint_folder_pointing_outside_is_refused(stopped, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     shutil.move(run / "checkpoint", elsewhere)
     (run / "checkpoint").symlink_to(elsewhere)
-    one_line(golem("resume", run), 2, "points outside the run directory")
+    code, text = cli("resume", run)
+    assert code == 2 and "points outside the run directory" in text and len(text.strip().splitlines()) == 1, text
 
 
 def test_damaged_part_before_the_checkpoint_is_named(stopped, tmp_path):
