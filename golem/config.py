@@ -55,7 +55,7 @@ RANGES: dict[str, dict[str, float]] = {
     "appraisal.action_success": _UNIT, "appraisal.failed_transaction": _UNIT, "appraisal.liquidation": _UNIT,
     "appraisal.stop_breach": _UNIT, "appraisal.exploit_held": _UNIT, "appraisal.stop_loss": dict(gt=0, lt=1),
     # emotion, arousal, decay (SPEC 2.2-2.6)
-    "emotion.neutral_norm": dict(ge=0, le=2), "emotion.recurring_loss_window": _COUNT,
+    "emotion.neutral_norm": dict(ge=0, le=2), "emotion.recurring_loss_window": dict(ge=1, le=63),  # bits of an int64 mask
     "emotion.recurring_loss_min": _COUNT, "emotion.success_after_failures": _COUNT,
     "emotion.risk_arousal": _SIGNED,
     "arousal.low_band": _SIGNED, "arousal.high_band": _SIGNED, "arousal.encoding_peak": _SIGNED,
@@ -83,7 +83,7 @@ RANGES: dict[str, dict[str, float]] = {
     "retrieval.six_relevance": dict(ge=0, le=10), "retrieval.six_strength": dict(ge=0, le=10),
     "retrieval.six_recency": dict(ge=0, le=10), "retrieval.six_spreading": dict(ge=0, le=10),
     "retrieval.six_context": dict(ge=0, le=10), "retrieval.six_salience": dict(ge=0, le=10),
-    "retrieval.salience_rank_cap": _UNIT, "retrieval.rumination_window": _COUNT,
+    "retrieval.salience_rank_cap": _UNIT, "retrieval.rumination_window": dict(ge=1, le=1024),  # a (Golems, window) array
     "retrieval.rumination_negative_share": _UNIT,
     "retrieval.hdc_recency": dict(ge=0, le=10), "retrieval.hdc_importance": dict(ge=0, le=10),
     "retrieval.hdc_relevance": dict(ge=0, le=10), "retrieval.hdc_similarity": dict(ge=0, le=10),
@@ -112,7 +112,8 @@ RANGES: dict[str, dict[str, float]] = {
     "curator.demote_score": _UNIT, "curator.reevaluation_tolerance": dict(ge=0, le=2),
     "contrarian.every_ticks": _COUNT, "contrarian.min_confidence": _UNIT, "contrarian.top_k": dict(ge=1, le=1024),
     "reflex.max_per_turn": dict(ge=1, le=5), "reflex.cooldown_s": dict(ge=0, le=_CENTURY_S),
-    "reflex.promotion_min": _COUNT, "reflex.promotion_window_days": _DAYS,
+    "reflex.promotion_min": dict(ge=1, le=64),         # a ring of act times per Grimoire slot
+    "reflex.promotion_window_days": _DAYS,
     "dream.every_ticks": _COUNT, "dream.ticks": _COUNT, "dream.replay_budget": dict(ge=0, le=10**6),
     "dream.rem_cycles": dict(ge=0, le=1000), "dream.confidence_boost": _UNIT, "dream.downscale": _UNIT,
     # Clade, mortality, HDC, recording (SPEC 9-13)

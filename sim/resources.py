@@ -47,7 +47,8 @@ def estimate(scenario: Scenario, cfg, record: bool = True) -> dict[str, int]:
     """Bytes the run will hold at its peak, by part."""
     n = sum(g.count for g in scenario.golems)
     cap, dim = cfg.grimoire.capacity, cfg.grimoire.embedding_dim
-    parts = {"grimoire": Grimoire.bytes_for(n, cap, dim, fingerprints=cfg.retrieval.mode == "somatic_hdc"),
+    parts = {"grimoire": Grimoire.bytes_for(n, cap, dim, fingerprints=cfg.retrieval.mode == "somatic_hdc",
+                                            act_ring=max(1, cfg.reflex.promotion_min)),   # as the Mind sizes it
              "golems": n * PER_GOLEM}
     if scenario.market.tape is None:
         steps = scenario.duration_s / scenario.market.step_s + 2
@@ -108,7 +109,8 @@ def check(scenario: Scenario, cfg, where: str, record: bool = True, environ=None
     room, why = available(environ)
     if total > room:
         n = sum(g.count for g in scenario.golems)
-        per = Grimoire.bytes_for(1, 1, cfg.grimoire.embedding_dim, cfg.retrieval.mode == "somatic_hdc") - 8
+        per = Grimoire.bytes_for(1, 1, cfg.grimoire.embedding_dim, cfg.retrieval.mode == "somatic_hdc",
+                                 max(1, cfg.reflex.promotion_min)) - 8
         rest = ", ".join(f"{k} {gib(v)}" for k, v in parts.items() if k != "grimoire" and v >= 2**20)
         raise InputError(
             f"{where}: golems: this world needs about {gib(total)} of memory (Grimoire {gib(parts['grimoire'])} = "
