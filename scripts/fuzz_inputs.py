@@ -138,10 +138,11 @@ def mutate(text: str, rng: random.Random) -> str:
         s = rng.choice(list(default_table()))
         k = rng.choice(list(default_table()[s]))
         v = rng.choice(EXTREME_NUMBERS + ["0", "1", "-3", "2", "0.5"])
-        lines.append(f"overrides: {{{s}.{k}: {v}}}" if "overrides:" not in text else "")
-        if "overrides:" in text:
-            i = next(i for i, l in enumerate(lines) if l.startswith("overrides:"))
-            lines.insert(i + 1, f"  {s}.{k}: {v}")
+        at = [i for i, line in enumerate(lines) if line.startswith("overrides:")]
+        if at and lines[at[0]].strip() == "overrides:":
+            lines.insert(at[0] + 1, f"  {s}.{k}: {v}")
+        elif not at:
+            lines.append(f"overrides: {{{s}.{k}: {v}}}")
     return "\n".join(lines) + "\n"
 
 
