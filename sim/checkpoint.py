@@ -399,9 +399,10 @@ class Corrupt(Exception):
     """A state that fails its checks (with why)."""
 
 
-def _check_state(f: Path, ckdir: Path) -> tuple[dict, dict[str, np.ndarray]]:
+def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """A state's meta and arrays, checked: its own sha256, its format, the arrays file of its own
-    number (its size and sha256), the fields a resume uses and their types."""
+    number (its size and sha256), the fields a resume uses and their types, and (given the run's
+    flush interval) that its time is its part's flush time: states are taken at flushes only."""
     if f.is_symlink() or (ckdir / f.name.replace(".json", ".arrays")).is_symlink():
         raise Corrupt("a symbolic link; expected the file the run wrote")
     try:
@@ -425,6 +426,8 @@ def _check_state(f: Path, ckdir: Path) -> tuple[dict, dict[str, np.ndarray]]:
             raise Corrupt(f"{k}: missing or of the wrong type")
     if meta["part"] != number or not (math.isfinite(meta["now_s"]) and meta["now_s"] >= 0):
         raise Corrupt(f"part {meta['part']} / time {meta['now_s']} do not match the file's number {number}")
+    if flush_every_s is not None and meta["now_s"] != number * flush_every_s:
+        raise Corrupt(f"time {meta['now_s']:g} s is not the time of flush {number} ({number * flush_every_s:g} s)")
     for rel, h in meta["parts"].items():
         t, _, name = str(rel).partition("/")
         m = _PART.fullmatch(name)
@@ -444,7 +447,7 @@ def _check_state(f: Path, ckdir: Path) -> tuple[dict, dict[str, np.ndarray]]:
     return meta, arrays
 
 
-def load(ckdir: Path, rejected: list[str] | None = None) -> Checkpoint | None:
+def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | None = None) -> Checkpoint | None:
     """The newest state that passes its checks, or None when there is no state at all. States that
     fail are described in `rejected` (newest first); when every state fails, an InputError says
     the checkpoint is corrupt. A checkpoint written by another engine version is refused with an
@@ -457,7 +460,7 @@ def load(ckdir: Path, rejected: list[str] | None = None) -> Checkpoint | None:
                    reverse=True)
     for f in metas:
         try:
-            meta, arrays = _check_state(f, ckdir)
+            meta, arrays = _check_state(f, ckdir, flush_every_s)
         except Corrupt as exc:
             rejected.append(f"{f.name}: corrupt: {exc}")
             continue
@@ -536,7 +539,8 @@ def resume(run_dir: str | Path, progress=None):
     hold = Hold(rundir.lock_existing(run_dir), None)
     try:
         rejected: list[str] = []
-        ck = load(ckdir, rejected)
+        flush = manifest["config"].get("recording.flush_every_s")
+        ck = load(ckdir, rejected, flush if isinstance(flush, (int, float)) and not isinstance(flush, bool) else None)
         if ck is None:
             raise InputError(f"{ckdir}: no complete checkpoint (the run stopped before its first one: a big world's "
                              "first comes after 100 x its save time, see BUDGET); expected a run that checkpointed "

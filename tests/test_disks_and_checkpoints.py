@@ -371,6 +371,21 @@ def test_forged_part_index_deletes_nothing(stopped, tmp_path):
     assert sorted(p for p in run.rglob("part-*.parquet")) == parts
 
 
+def test_a_resealed_time_is_caught(ref, stopped, tmp_path):
+    """A state's time edited and its checksum recomputed: states are taken at flushes, so its time
+    must be its part's flush time; the edited one is corrupt and the other state resumes."""
+    _, hashes = ref
+    run = _copy(stopped, tmp_path)
+    newest = _states(run)[-1]
+    meta = json.loads(newest.read_text())
+    meta.pop("sha256")
+    meta["now_s"] += 3600
+    _reseal(newest, meta)
+    code, text = cli("resume", run, "-q")
+    assert code == 0 and "is not the time of flush" in text, text
+    assert content_hashes(run) == hashes
+
+
 def test_a_path_in_a_checkpoint_is_never_followed(ref, stopped, tmp_path):
     """`"arrays": "../../../x"` was followed: a state reads only its own arrays file."""
     _, hashes = ref
