@@ -298,6 +298,13 @@ class Grimoire:
                  + (self.fp.nbytes if self.fp is not None else 0))
         return total / (self.n_golems * self.capacity)
 
+    @classmethod
+    def bytes_for(cls, n_golems: int, capacity: int, dim: int, fingerprints: bool = False, act_ring: int = 3) -> int:
+        """Bytes an arena of n_golems x capacity entries takes, measured on a one-slot arena of the
+        same layout, so a world too big for memory is refused before it allocates."""
+        one = cls(1, 1, dim, fingerprints=fingerprints, act_ring=act_ring)
+        return int(math.ceil(one.bytes_per_entry() * n_golems * capacity)) + 8 * n_golems
+
     def slab(self, g: int) -> slice:
         return slice(g * self.capacity, g * self.capacity + int(self.count[g]))
 

@@ -17,15 +17,27 @@ are rebuilt, not saved. Part files at or past the checkpoint's part index are de
 and rewritten identically.
 
 Files: `state-NNNNN.arrays` (the arrays as .npy records back to back) then `state-NNNNN.json`
-(everything else, with the arrays' offsets and the file's size) are each written to a temporary
-name, fsynced and renamed; the json is the commit point and older states are removed after it
-lands, so a kill at any moment leaves one complete checkpoint.
-Big worlds checkpoint less often than every flush (`maybe_save`: at most `BUDGET` of the wall time,
-from the first flush on).
+(everything else, with the arrays' offsets, size and sha256, the sha256 of every part file the
+state covers, and its own sha256) are each written to a temporary name, fsynced and renamed; the
+json is the commit point. The two newest states are kept: `resume` checks a state against its
+checksums and falls back to the one before when it fails them, reporting the damaged one as
+corrupt (never as "no checkpoint"). A state names no paths: its arrays file is the one of its own
+number in the same folder, so a damaged json cannot send a resume outside the run directory.
+Resume deletes only part files at or past the state's part index (which the run wrote after the
+state and rewrites identically), after checking the parts before it against their sha256.
+
+When: at a recorder flush, if the wall-time budget allows (`BUDGET`, a 1 % share: big worlds save
+rarely), or if otherwise the next flush would leave more than `SIM_SHARE` (5 %) of the run's
+simulated duration unsaved, as long as checkpoints stay within `SIM_BUDGET` (10 %) of the wall
+time. So a resume repeats at most max(5 % of the duration, one flush interval) of simulated time,
+except for a big world on a short run, where that would cost more than a tenth of the run.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import math
 import os
 import re
 import time
@@ -37,12 +49,16 @@ import simpy
 
 from golem import grimoire as gm
 from sim.market import MarketEvent, Tape
-from sim.recorder import TABLES, Recorder, atomic_write_json
+from sim import rundir
+from sim.errors import clip, escape
+from sim.recorder import TABLES, Recorder, _json_default, atomic_write_bytes
 from sim.scenario import InputError
 
-FORMAT = 4   # 3: Clade deliveries batched per instant; 4: arrays as raw .npy records
+FORMAT = 5   # 3: Clade deliveries batched per instant; 4: arrays as raw .npy records; 5: checksums
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
+_OURS = re.compile(r"state-\d{5,}\.(json|arrays)(\.tmp)?$")
+_PART = re.compile(r"part-(\d{5,})\.parquet$")
 
 
 class CheckpointError(RuntimeError):
@@ -170,39 +186,67 @@ def save(world, ckdir: Path) -> Path:
 
     part = world.rec.part
     name = f"state-{part:05d}"
-    index, size = _write_arrays(ckdir / f"{name}.arrays", arrays)
+    index, size, digest = _write_arrays(ckdir / f"{name}.arrays", arrays)
     meta = {
         "format": FORMAT, "now_s": world.env.now, "part": part, "event_seq": world.event_seq,
         "market_step": world.market_step, "stats": asdict(world.stats),
         "grimoire": _plain_dicts_and_scalars(gr),
-        "pending": pending, "entries": entries, "arrays": f"{name}.arrays", "array_offsets": index,
+        "pending": pending, "entries": entries, "array_offsets": index,
         "mind": _mind_json(world.mind),
         "tape": {"bar_ms": int(tape.bar_ms), "normal_interval_ms": int(tape.normal_interval_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
                  "regime_names": list(tape.regime_names), "events": [asdict(e) for e in tape.events]},
-        "arrays_bytes": size,
+        "arrays_bytes": size, "arrays_sha256": digest, "parts": dict(sorted(world.rec.part_sha.items())),
     }
-    atomic_write_json(ckdir / f"{name}.json", meta, indent=None)
-    for f in ckdir.iterdir():
-        if f.name.startswith("state-") and not f.name.startswith(name + "."):
+    _write_meta(ckdir / f"{name}.json", meta)
+    keep = {name, _previous(ckdir, part)}
+    for f in ckdir.iterdir():    # older states only: files of ours, never anything else in the folder
+        if _OURS.match(f.name) and f.name.split(".", 1)[0] not in keep:
             f.unlink(missing_ok=True)
     return ckdir / f"{name}.json"
 
 
-def _write_arrays(path: Path, arrays: dict) -> tuple[list, int]:
+def _previous(ckdir: Path, part: int) -> str | None:
+    """The newest complete state before `part` (kept as the fallback)."""
+    older = sorted(int(m.group(1)) for f in ckdir.iterdir() if (m := _STATE.match(f.name)) and int(m.group(1)) < part)
+    return f"state-{older[-1]:05d}" if older else None
+
+
+def _canonical(meta: dict) -> bytes:
+    """The bytes a state's sha256 covers: its JSON without the sha256 key, keys sorted, compact."""
+    return json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True, separators=(",", ":"),
+                      default=_json_default).encode()
+
+
+def _write_meta(path: Path, meta: dict) -> None:
+    meta = json.loads(_canonical(meta))          # plain JSON values, as a reader will see them
+    meta["sha256"] = hashlib.sha256(_canonical(meta)).hexdigest()
+    atomic_write_bytes(path, _canonical(meta)[:-1] + f',"sha256":"{meta["sha256"]}"}}\n'.encode())
+
+
+def _write_arrays(path: Path, arrays: dict) -> tuple[list, int, str]:
     """Each array as a .npy record (header, then the raw data straight from the array), back to back
     in one file: no zip container, whose CRC pass cost as much as the write, and no copy of the
     world in memory (arrays may be callables producing them one at a time). Written to a temporary
-    name, fsynced, then renamed; returns [name, offset] per array, in order, and the file size."""
+    name, fsynced, then renamed; returns [name, offset] per array, in order, the file size and its
+    sha256 (read back from the page cache: a hash of what is on disk, not of what was meant)."""
     tmp = path.with_name(path.name + ".tmp")
     index = []
-    with open(tmp, "wb") as fh:
-        for k, v in arrays.items():
-            index.append([k, fh.tell()])
-            np.lib.format.write_array(fh, np.asanyarray(v() if callable(v) else v), allow_pickle=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return index, path.stat().st_size
+    try:
+        with open(tmp, "wb") as fh:
+            for k, v in arrays.items():
+                index.append([k, fh.tell()])
+                np.lib.format.write_array(fh, np.asanyarray(v() if callable(v) else v), allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        digest = rundir.sha256_file(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is None and "requested and" in str(exc):
+            # numpy's tofile reports a short write without errno: on a regular file that is a full disk
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(tmp)) from exc
+        raise
+    return index, path.stat().st_size, digest
 
 
 def _read_arrays(path: Path, index: list) -> dict[str, np.ndarray]:
@@ -223,22 +267,42 @@ BUDGET = 0.01
 SAVE_RATE = 0.5e9
 
 
+#: the simulated share of a run a resume may repeat (with checkpoints within SIM_BUDGET of the wall time)
+SIM_SHARE = 0.05
+SIM_BUDGET = 0.10
+
+
 def maybe_save(world, ckdir: Path, budget: float | None = None) -> Path | None:
-    """Checkpoint at this flush unless checkpoints would take more than `budget` of the wall time
-    (big worlds: a 4M-entry Grimoire is ~1.7 GB); then the next flush that keeps within it saves.
-    The budget holds from the first flush on: until a save has been timed its cost is estimated
+    """Checkpoint at this flush when either rule says so; both only read the state, so skipping
+    one never changes a run's tables.
+
+    Wall time: unless checkpoints would take more than `budget` (BUDGET, 1 %) of the wall time
+    (big worlds: a 4M-entry Grimoire is ~1.7 GB); until a save has been timed its cost is estimated
     from the state's size (`SAVE_RATE`), so a small world saves within a second and a big one only
-    once it has run a hundred times that estimate (a run that ends sooner needs no checkpoint).
-    A checkpoint only reads the state, so skipping one never changes a run's tables."""
+    once it has run a hundred times that estimate.
+    Simulated time: when the next flush would otherwise leave more than SIM_SHARE of the run's
+    duration unsaved, provided all saves so far plus this one stay within SIM_BUDGET of the wall
+    time since the first flush. That bounds what a resume repeats by max(SIM_SHARE x duration,
+    one flush interval) wherever checkpoints are affordable."""
     budget = BUDGET if budget is None else budget
     now = time.perf_counter()
-    last = getattr(world, "_ck_last", None)
-    if last is None:
-        last = world._ck_last = (now, _state_bytes(world) / SAVE_RATE)
-    if (now - last[0]) * budget < last[1]:
+    st = getattr(world, "_ck", None)
+    if st is None:
+        st = world._ck = {"t0": getattr(world, "wall_t0", now), "last": now, "cost": _state_bytes(world) / SAVE_RATE, "spent": 0.0,
+                          "sim": 0.0}
+    due = budget > 0 and (now - st["last"]) * budget >= st["cost"]
+    if not due:
+        env, sc, cfg = getattr(world, "env", None), getattr(world, "scenario", None), getattr(world, "cfg", None)
+        if env is not None and sc is not None and cfg is not None:
+            unsaved_next = env.now - st["sim"] + cfg.recording.flush_every_s
+            affordable = st["spent"] + st["cost"] <= SIM_BUDGET * (now - st["t0"])
+            due = unsaved_next > SIM_SHARE * sc.duration_s and affordable
+    if not due:
         return None
     p = save(world, ckdir)
-    world._ck_last = (time.perf_counter(), time.perf_counter() - now)
+    end = time.perf_counter()
+    st.update(last=end, cost=end - now, spent=st["spent"] + end - now,
+              sim=world.env.now if getattr(world, "env", None) is not None else 0.0)
     return p
 
 
@@ -332,81 +396,186 @@ class Checkpoint:
                 raise CheckpointError(f"{self.path}: unknown pending role {role!r}")
 
 
-def load(ckdir: Path) -> Checkpoint | None:
-    """The newest complete checkpoint in `ckdir` (its json landed and its arrays file has the size
-    the json says), or None. A checkpoint written by another engine version is refused with an
+class Corrupt(Exception):
+    """A state that fails its checks (with why)."""
+
+
+def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """A state's meta and arrays, checked: its own sha256, its format, the arrays file of its own
+    number (its size and sha256), the fields a resume uses and their types, and (given the run's
+    flush interval) that its time is its part's flush time: states are taken at flushes only."""
+    if f.is_symlink() or (ckdir / f.name.replace(".json", ".arrays")).is_symlink():
+        raise Corrupt("a symbolic link; expected the file the run wrote")
+    try:
+        meta = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise Corrupt(f"not valid JSON ({clip(escape(str(exc)), 60)})") from None
+    if not isinstance(meta, dict):
+        raise Corrupt(f"a JSON {type(meta).__name__}, expected an object")
+    if meta.get("format") != FORMAT:
+        raise InputError(f"{f}: format: checkpoint format {meta.get('format')}, this engine reads format "
+                         f"{FORMAT}; resume it with the golem-sim version that wrote it, or run it again")
+    want = meta.pop("sha256", None)
+    if not isinstance(want, str) or hashlib.sha256(_canonical(meta)).hexdigest() != want:
+        raise Corrupt("checksum mismatch (the file changed after it was written)")
+    number = int(_STATE.match(f.name).group(1))
+    types = {"now_s": (int, float), "part": int, "event_seq": int, "market_step": int, "stats": dict,
+             "grimoire": dict, "pending": list, "entries": list, "array_offsets": list, "mind": dict, "tape": dict,
+             "arrays_bytes": int, "arrays_sha256": str, "parts": dict}
+    for k, tp in types.items():
+        if not isinstance(meta.get(k), tp) or isinstance(meta.get(k), bool):
+            raise Corrupt(f"{k}: missing or of the wrong type")
+    if meta["part"] != number or not (math.isfinite(meta["now_s"]) and meta["now_s"] >= 0):
+        raise Corrupt(f"part {meta['part']} / time {meta['now_s']} do not match the file's number {number}")
+    if flush_every_s is not None and meta["now_s"] != number * flush_every_s:
+        raise Corrupt(f"time {meta['now_s']:g} s is not the time of flush {number} ({number * flush_every_s:g} s)")
+    for rel, h in meta["parts"].items():
+        t, _, name = str(rel).partition("/")
+        m = _PART.fullmatch(name)
+        if t not in TABLES or not m or int(m.group(1)) >= number or not isinstance(h, str):
+            raise Corrupt(f"parts: {clip(escape(str(rel)))}: not a part before {number} of a table")
+    path = ckdir / f"state-{number:05d}.arrays"     # never a path from the file: its own arrays, here
+    if not path.is_file():
+        raise Corrupt(f"{path.name} is missing")
+    if path.stat().st_size != meta["arrays_bytes"]:
+        raise Corrupt(f"{path.name} has {path.stat().st_size:,} bytes, the state says {meta['arrays_bytes']:,}")
+    if rundir.sha256_file(path) != meta["arrays_sha256"]:
+        raise Corrupt(f"{path.name}: checksum mismatch")
+    try:
+        arrays = _read_arrays(path, meta["array_offsets"])
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise Corrupt(f"{path.name}: unreadable ({clip(escape(str(exc)), 60)})") from None
+    return meta, arrays
+
+
+def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | None = None) -> Checkpoint | None:
+    """The newest state that passes its checks, or None when there is no state at all. States that
+    fail are described in `rejected` (newest first); when every state fails, an InputError says
+    the checkpoint is corrupt. A checkpoint written by another engine version is refused with an
     InputError (resuming it differently would silently break byte identity)."""
     ckdir = Path(ckdir)
     if not ckdir.is_dir():
         return None
-    metas = sorted((f for f in ckdir.iterdir() if _STATE.match(f.name)), reverse=True)
+    rejected = [] if rejected is None else rejected
+    metas = sorted((f for f in ckdir.iterdir() if _STATE.match(f.name)), key=lambda f: int(_STATE.match(f.name).group(1)),
+                   reverse=True)
     for f in metas:
         try:
-            meta = json.loads(f.read_text())
-            if meta.get("format") != FORMAT:
-                raise InputError(f"{f}: format: checkpoint format {meta.get('format')}, this engine reads format "
-                                 f"{FORMAT}; resume it with the golem-sim version that wrote it, or run it again")
-            path = ckdir / meta["arrays"]
-            if path.stat().st_size != meta.get("arrays_bytes"):
-                continue
-            arrays = _read_arrays(path, meta["array_offsets"])
-        except (OSError, ValueError, KeyError):
+            meta, arrays = _check_state(f, ckdir, flush_every_s)
+        except Corrupt as exc:
+            rejected.append(f"{f.name}: corrupt: {exc}")
             continue
         return Checkpoint(meta, arrays, f)
+    if rejected:
+        raise InputError(f"{ckdir}: every checkpoint is corrupt ({'; '.join(rejected)}); no earlier good one to "
+                         "resume from; expected an intact checkpoint (run the scenario again)")
     return None
 
 
 # ------------------------------------------------------------------------------------ resume
-def _drop_parts_from(run_dir: Path, part: int) -> None:
-    """Remove part files the checkpoint does not cover (and half-written temporaries)."""
+def _check_parts(run_dir: Path, ck: Checkpoint) -> None:
+    """The parts before the state, as the state recorded them; no others in their place."""
+    listed = ck.meta["parts"]
+    for rel, h in listed.items():
+        f = run_dir / rel
+        if not f.is_file():
+            raise InputError(f"{f}: part file missing (the checkpoint {ck.path.name} covers it); the run directory "
+                             "is damaged: run the scenario again")
+        if rundir.sha256_file(f) != h:
+            raise InputError(f"{f}: content differs from the sha256 in checkpoint {ck.path.name} (damaged or "
+                             "changed after it was written); run the scenario again")
     for t in TABLES:
         d = run_dir / t
         if not d.is_dir():
             continue
         for f in d.iterdir():
-            m = re.fullmatch(r"part-(\d+)\.parquet", f.name)
-            if f.name.endswith(".tmp") or (m and int(m.group(1)) >= part):
+            m = _PART.fullmatch(f.name)
+            if m and int(m.group(1)) < ck.part and f"{t}/{f.name}" not in listed:
+                raise InputError(f"{f}: a part file the checkpoint {ck.path.name} does not list; expected only the "
+                                 "parts the run wrote (move it away to resume)")
+
+
+def _drop_parts_from(run_dir: Path, part: int) -> list[str]:
+    """Remove the part files the run wrote after the checkpoint (index >= part; they are rewritten
+    identically) and its half-written temporaries; nothing else. Returns what it removed."""
+    removed = []
+    for t in TABLES:
+        d = run_dir / t
+        if not d.is_dir() or d.is_symlink():
+            continue
+        for f in d.iterdir():
+            m = _PART.fullmatch(f.name)
+            tmp = f.name.endswith(".parquet.tmp") and _PART.fullmatch(f.name[:-4])
+            if (m and int(m.group(1)) >= part) or tmp:
                 f.unlink()
+                removed.append(f"{t}/{f.name}")
+    return removed
 
 
 def resume(run_dir: str | Path, progress=None):
-    """Continue an interrupted or killed run from its latest checkpoint to its end.
+    """Continue an interrupted, killed or (for a machine's reason: a full disk) failed run from its
+    latest good checkpoint to its end.
 
     The scenario, config and seed come from the manifest, the tape from the checkpoint (so neither
     a changed tape file nor key order lost in JSON can change the market). The finished tables are
-    byte-identical to an uninterrupted run's.
+    byte-identical to an uninterrupted run's. `result.manifest["checkpoint_rejected"]` lists
+    states skipped as corrupt.
     """
     from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
-    from sim.run import configure_logging, drive
-    from sim.world import World
+    from sim.run import Hold, build_world, configure_logging, drive
+    from sim import resources
 
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
+    mpath = run_dir / "manifest.json"
     if manifest.get("status") == "complete":
-        raise InputError(f"{run_dir / 'manifest.json'}: status: the run is complete; nothing to resume")
-    ck = load(run_dir / "checkpoint")
-    if ck is None:
-        raise InputError(f"{run_dir / 'checkpoint'}: no complete checkpoint (the run stopped before its first "
-                         "one: a big world's first comes after 100 x its save time, see BUDGET); expected a run "
-                         "that checkpointed at least once — run it again")
-    scenario = scenario_from_manifest(manifest, run_dir)
-    cfg = config_from_manifest(manifest, run_dir)
-    seed = int(manifest["seed"])
-    tape = ck.tape()
-    _drop_parts_from(run_dir, ck.part)
-    configure_logging(run_dir)
-    rec = Recorder(run_dir, part_start=ck.part)
-    from sim.plugins import resolve as resolve_plugins
-    plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded
-                              source=f"{run_dir / 'manifest.json'} scenario")
-    world = World(scenario, cfg, tape, seed, recorder=rec, progress=progress, plugins=plugins)
-    world.checkpoint_dir = run_dir / "checkpoint"
-    ck.restore(world)
-    manifest.update(status="running", resumed_from_s=ck.now_s, resumes=int(manifest.get("resumes", 0)) + 1)
-    for k in ("stopped_at_s", "error", "signal", "hashes", "row_counts"):
+        raise InputError(f"{mpath}: status: the run is complete; nothing to resume")
+    failure = manifest.get("failure") or {}
+    if manifest.get("status") == "failed" and not failure.get("resumable"):
+        raise InputError(f"{mpath}: status: the run failed ({clip(escape(str(manifest.get('error'))), 160)}); it was "
+                         "not interrupted and resuming would repeat the failure; expected an interrupted or killed run")
+    ckdir = run_dir / "checkpoint"
+    if ckdir.is_symlink() or (ckdir.exists() and not ckdir.resolve().is_relative_to(run_dir.resolve())):
+        raise InputError(f"{ckdir}: points outside the run directory; expected the run's own checkpoint folder")
+    hold = Hold(rundir.lock_existing(run_dir), None)
+    try:
+        rejected: list[str] = []
+        flush = manifest["config"].get("recording.flush_every_s")
+        ck = load(ckdir, rejected, flush if isinstance(flush, (int, float)) and not isinstance(flush, bool) else None)
+        if ck is None:
+            raise InputError(f"{ckdir}: no complete checkpoint (the run stopped before its first one: a big world's "
+                             "first comes after 100 x its save time, see BUDGET); expected a run that checkpointed "
+                             "at least once — run it again")
+        scenario = scenario_from_manifest(manifest, run_dir)
+        cfg = config_from_manifest(manifest, run_dir)
+        _check_parts(run_dir, ck)
+        resources.check(scenario, cfg, str(mpath), record=True)
+        seed = int(manifest["seed"])
+        tape = ck.tape()
+        from sim.plugins import resolve as resolve_plugins
+        plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded
+                                  source=f"{mpath} scenario")
+        world = build_world(scenario, cfg, tape, seed, progress, str(mpath), plugins=plugins)
+        hold.reserve = rundir.Reserve(run_dir)
+        _drop_parts_from(run_dir, ck.part)
+        configure_logging(run_dir)
+        rec = Recorder(run_dir, part_start=ck.part)
+        rec.part_sha = dict(ck.meta["parts"])
+        world.rec = rec
+        world.checkpoint_dir = ckdir
+        ck.restore(world)
+    except BaseException:
+        hold.release()
+        raise
+    stop = {k: manifest.get(k) for k in ("status", "stopped_at_s", "error", "signal", "failure") if manifest.get(k)}
+    manifest.setdefault("stops", []).append(stop)
+    manifest.update(status="running", resumed_from_s=ck.now_s, resumes=int(manifest.get("resumes", 0)) + 1,
+                    checkpoint=ck.path.name, checkpoint_rejected=rejected)
+    for k in ("stopped_at_s", "error", "signal", "failure", "hashes", "files", "row_counts", "flush_error",
+              "hash_error"):
         manifest.pop(k, None)
-    atomic_write_json(run_dir / "manifest.json", manifest)
-    return drive(world, manifest, run_dir, True, scenario.duration_s, resume=ck)
+    rundir.write_manifest(run_dir, manifest)
+    return drive(world, manifest, run_dir, True, scenario.duration_s, resume=ck, hold=hold)
 
 
 __all__ = ["save", "load", "resume", "Checkpoint", "CheckpointError"]

@@ -1,22 +1,28 @@
 """`golem-sim`: run | replay | resume | diff | sweep | report | import-tape | validate | schema | bench.
 
 Bad input is reported as one line (file, key path, what was expected) with exit status 2 and no
-traceback; whatever a failed run had already written stays readable.
+traceback; whatever a failed run had already written stays readable. Exit status: 0 done, 1 a run
+that started and failed (its manifest says `failed`; an engine error's traceback is in the run's
+log.jsonl), 2 bad input or an output location that cannot be used (nothing was written), 130/143
+interrupted by SIGINT/SIGTERM. No command prints a traceback: an unexpected error is one line too.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.errors import one_line
 from sim.scenario import InputError
 from sim.world import RunInterrupted
 
@@ -65,7 +71,7 @@ def main_options(version: bool = typer.Option(False, "--version", callback=_vers
 
 
 def fail(msg: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(one_line(msg))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -79,6 +85,47 @@ def note(msg: str, console: Console | None = None) -> None:
 
 def _default_out_base(scenario: Path, seed: Optional[int]) -> Path:
     return Path("runs") / (f"{scenario.stem}-seed{seed}" if seed is not None else scenario.stem)
+
+
+def _guarded(fn):
+    """Every command's last line of defence: bad input that escaped a command's own handling is
+    still one line with exit 2, a failed run one line with exit 1, and anything else (a bug) one
+    line with exit 1 instead of a traceback."""
+    @functools.wraps(fn)
+    def run_guarded(*args, **kwargs):
+        from sim.run import RunFailed
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except InputError as exc:
+            fail(str(exc))
+        except RunFailed as exc:
+            fail(str(exc), 1)
+        except MemoryError:
+            fail("out of memory; expected a smaller world (fewer Golems or a smaller grimoire.capacity)", 1)
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}{exc.strerror or exc}", 2 if isinstance(exc, (PermissionError, FileNotFoundError,
+                                                                        NotADirectoryError, IsADirectoryError))
+                 or getattr(exc, "errno", None) in (28, 30) else 1)
+        except RecursionError:
+            fail("input nested too deeply to process; expected a scenario of a few levels", 2)
+        except Exception as exc:   # noqa: BLE001 - never a traceback
+            fail(f"internal error: {type(exc).__name__}: {exc} (a bug in golem-sim: please report it with the "
+                 "command that caused it)", 1)
+    return run_guarded
+
+
+_command = app.command
+
+
+def _command_guarded(*args, **kwargs):
+    register = _command(*args, **kwargs)
+    return lambda fn: register(_guarded(fn))
+
+
+app.command = _command_guarded   # type: ignore[method-assign]
 
 
 def _default_out(scenario: Path, seed: Optional[int]) -> Path:
@@ -151,8 +198,10 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     later runs load them from numba's cache."""
     from sim.notices import compile_notice
     from sim.run import execute, prepare
+    target = out_dir
     try:
-        sc, cfg, _, run_seed = prepare(scenario, seed=seed, sets=set_, config_file=str(config) if config else None)
+        sc, cfg, _, run_seed = prepare(scenario, seed=seed, sets=set_, config_file=str(config) if config else None,
+                                       record=not no_record)
         target = out_dir or _default_out(scenario, run_seed)
         if not quiet:
             _scenario_warnings(sc, cfg)
@@ -186,9 +235,10 @@ def validate(scenario: Path = typer.Argument(..., help="scenario YAML"),
              config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
              quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing but errors")) -> None:
     """Check a scenario (with --config and --set layered as `run` does) without running it."""
-    from sim.run import prepare
+    from sim.run import build_tape, prepare
     try:
         sc, cfg, _, seed = prepare(scenario, sets=set_, config_file=str(config) if config else None)
+        build_tape(sc, seed, cfg, str(scenario))   # the market too: a tape file that cannot be read, prices that overflow
     except InputError as exc:
         fail(str(exc))
     if quiet:
@@ -218,10 +268,17 @@ def report(run_dir: Path = typer.Argument(..., help="run directory"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Write a self-contained HTML report of a run (figures embedded), optionally next to another."""
     from sim.report import render_report
+    from sim.rundir import check_writable_file, open_run
     for p in [run_dir] + ([compare] if compare else []):
         if not (p / "heartbeats").is_dir():
             fail(f"{p}: not a run directory (no heartbeats table)")
-    path = render_report(run_dir, out_file, compare=compare, threshold=threshold, min_ticks=min_ticks)
+        open_run(p, "a report")        # manifest shape, every part's schema and its recorded sha256
+    target = out_file or run_dir / "report.html"
+    check_writable_file(target)
+    try:
+        path = render_report(run_dir, out_file, compare=compare, threshold=threshold, min_ticks=min_ticks)
+    except OSError as exc:
+        fail(f"--out {target}: cannot write the report: {exc.strerror or exc}")
     if not quiet:
         out.print(f"report: {path}")
 
@@ -293,6 +350,9 @@ def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed ru
         fail(str(exc))
     except RunInterrupted as exc:
         _interrupted(run_dir, exc.signum)
+    for note in res.manifest.get("checkpoint_rejected") or []:
+        err.print(f"[yellow]warning:[/] {escape(one_line(note))}; resumed from the previous good one",
+                  highlight=False, soft_wrap=True)
     if not quiet:
         out.print(summary_table(res.manifest, res.world))
     out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {res.run_dir}")

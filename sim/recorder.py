@@ -76,12 +76,24 @@ def write_options(schema: pa.Schema) -> dict:
 
 
 def atomic_write_bytes(path: Path, data: bytes | pa.Buffer) -> None:
+    """Write to a temporary name, fsync, rename: the file is whole or absent. A failed write (a
+    full disk) removes its temporary and leaves any earlier version of the file in place."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        view = memoryview(data).cast("B")
+        with open(tmp, "wb", buffering=0) as fh:    # unbuffered: a full disk raises ENOSPC, not a short write
+            while view:
+                view = view[fh.write(view):]
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
 
 
 def atomic_write_json(path: Path, obj, indent: int | None = 2) -> None:
@@ -200,7 +212,8 @@ class Recorder:
         self.buffered = {t: 0 for t in TABLES}
         self.part = part_start
         self.rows = {t: 0 for t in TABLES}
-        self._writing: list[Future] = []
+        self._writing: list[tuple[str, Future]] = []
+        self.part_sha: dict[str, str] = {}     # "table/part-NNNNN.parquet" -> sha256 of the bytes written
         self._sizes: dict[tuple[str, str], int] = {}     # rows of each numeric column at the last flush
         self._make_dirs()
 
@@ -209,11 +222,12 @@ class Recorder:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
 
     def _write(self, path: Path, table: str, cols: dict[str, list], background: bool) -> None:
-        """One part: handed to the writer thread, or built and written now."""
+        """One part: handed to the writer thread, or built and written now (its sha256 kept)."""
+        rel = f"{table}/{path.name}"
         if background:
-            self._writing.append(_WRITER.submit(_build_and_write, path, table, cols))
+            self._writing.append((rel, _WRITER.submit(_build_and_write, path, table, cols)))
         else:
-            _build_and_write(path, table, cols)
+            self.part_sha[rel] = _build_and_write(path, table, cols)
 
     def add(self, table: str, columns: dict) -> None:
         """Append rows given as a dict of equal-length columns (schema types): numpy arrays, lists,
@@ -270,14 +284,22 @@ class Recorder:
     def sync(self) -> None:
         """Wait until every part handed to the writer thread is on disk (re-raises its error)."""
         writing, self._writing = self._writing, []
-        for f in writing:
-            f.result()
+        for i, (rel, f) in enumerate(writing):
+            try:
+                self.part_sha[rel] = f.result()
+            except BaseException:
+                for _, g in writing[i + 1:]:     # let the others land (or fail) before reporting
+                    try:
+                        g.result()
+                    except BaseException:   # noqa: BLE001 - the first error is the one raised
+                        pass
+                raise
 
     def _raise_failed(self) -> None:
-        done = [f for f in self._writing if f.done()]
-        self._writing = [f for f in self._writing if not f.done()]
-        for f in done:
-            f.result()
+        done = [(rel, f) for rel, f in self._writing if f.done()]
+        self._writing = [(rel, f) for rel, f in self._writing if not f.done()]
+        for rel, f in done:
+            self.part_sha[rel] = f.result()
 
 
 def _lowest_priority() -> None:
@@ -297,8 +319,8 @@ def _lowest_priority() -> None:
 _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder", initializer=_lowest_priority)
 
 
-def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> None:
-    _write_part(path, _build(table, cols))
+def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> str:
+    return _write_part(path, _build(table, cols))
 
 
 def _build(table: str, cols: dict[str, list]) -> pa.Table:
@@ -309,10 +331,13 @@ def _build(table: str, cols: dict[str, list]) -> pa.Table:
     return t if order is None else t.take(order)
 
 
-def _write_part(path: Path, t: pa.Table) -> None:
+def _write_part(path: Path, t: pa.Table) -> str:
+    """Encode and write one part; returns the sha256 of its bytes (checkpoints list what they cover)."""
     sink = pa.BufferOutputStream()
     pq.write_table(t, sink, **write_options(t.schema))
-    atomic_write_bytes(path, sink.getvalue())
+    data = sink.getvalue()
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(memoryview(data)).hexdigest()
 
 
 def _kind(chunk) -> tuple:

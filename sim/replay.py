@@ -26,27 +26,20 @@ import polars as pl
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from golem.config import build_config, default_table
-from sim import config_layers
+from golem.config import build_config, config_model, default_table
+from sim import config_layers, rundir
+from sim.errors import clip, escape, key
 from sim.plugins import resolve as resolve_plugins
 from sim.plugins import source_changes
 from sim.recorder import SCHEMAS, TABLES, content_hashes, table_files
-from sim.scenario import InputError, Scenario, _set_dotted, format_validation_error
+from sim.scenario import (InputError, Scenario, _matches, error_path, format_validation_error, set_dotted,
+                          set_text)
 
 
 # --------------------------------------------------------------------------- manifest -> run inputs
 def read_manifest(run_dir: str | Path) -> dict:
-    p = Path(run_dir) / "manifest.json"
-    if not p.exists():
-        raise InputError(f"{p}: file not found; expected a run directory (made by golem-sim run)")
-    try:
-        m = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{p}: cannot read the manifest ({exc}); expected JSON") from None
-    for key in ("scenario", "config", "seed"):
-        if key not in m:
-            raise InputError(f"{p}: {key}: required key is missing; expected a run manifest")
-    return m
+    """The run's manifest, its shape checked (sim.rundir.read_manifest)."""
+    return rundir.read_manifest(run_dir)
 
 
 def scenario_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, Any] | None = None) -> Scenario:
@@ -59,12 +52,12 @@ def scenario_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, 
     if names and isinstance(regimes, dict) and set(names) == set(regimes):
         raw["market"]["regimes"] = {n: regimes[n] for n in names}
     for k, v in (sets or {}).items():
-        _set_dotted(raw, k, v)
+        set_dotted(raw, k, v, source=set_text(k, v))
     try:
         return Scenario.model_validate(raw)
     except ValidationError as err:
-        src = "--set" if sets else f"{Path(run_dir) / 'manifest.json'} scenario"
-        raise InputError(format_validation_error(err, src)) from None
+        src = f"{Path(run_dir) / 'manifest.json'} scenario"
+        raise InputError(format_validation_error(err, src, model=Scenario, sets=sets)) from None
 
 
 def config_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, Any] | None = None):
@@ -74,19 +67,25 @@ def config_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, An
     tree = copy.deepcopy(default_table())
     where = f"{Path(run_dir) / 'manifest.json'}"
     for flat, v in manifest["config"].items():
-        section, _, key = flat.partition(".")
-        if section not in tree:
-            raise InputError(f"{where}: config.{flat}: unknown config section in this version; expected one of "
-                             f"{sorted(tree)}")
-        tree[section][key] = v
-    for section, keys in config_layers._normalise(sets or {}).items():
-        if section not in tree or not isinstance(keys, dict):
-            raise InputError(f"--set {section}: unknown config section (expected one of {sorted(tree)})")
-        tree[section].update(keys)
+        section, _, name = str(flat).partition(".")
+        if section not in tree or name not in tree[section]:
+            raise InputError(f"{where}: config.{key(flat)}: unknown config key in this version; expected the keys "
+                             "of configs/default.yaml")
+        tree[section][name] = v
+    try:
+        build_config(tree)
+    except ValidationError as err:
+        raise InputError(format_validation_error(err, f"{where} config", model=config_model())) from None
+    items = [(k, v, set_text(k, v)) for k, v in (sets or {}).items()]
+    for k, v, label in items:
+        config_layers._assign(tree, k, v, label)
     try:
         return build_config(tree)
     except ValidationError as err:
-        raise InputError(format_validation_error(err, "--set" if sets else where)) from None
+        e = err.errors()[0]
+        path = ".".join(str(p) for p in error_path(e))
+        label = next((lbl for d, _, lbl in reversed(items) if _matches(d, path)), "--set")
+        raise InputError(format_validation_error(err, label, model=config_model())) from None
 
 
 def run_tape_info(tape, run_dir: Path) -> dict:
@@ -175,6 +174,16 @@ def describe(d: dict) -> str:
     return f"{d['table']}: row {d['row']}{where}{col}: {d['what']}{vals}"
 
 
+def _readable_or_damaged(run_dir: Path, table: str) -> None:
+    """A changed part that still reads is a difference to report; one that does not is damage."""
+    for f in table_files(run_dir, table):
+        try:
+            pq.read_table(f)
+        except Exception as exc:   # noqa: BLE001 - pyarrow raises several kinds for damaged pages
+            raise InputError(f"{f}: damaged: its pages cannot be read ({clip(escape(str(exc)), 80)}); expected the "
+                             "part the run wrote") from None
+
+
 def verify(run_dir: str | Path, keep: bool = False) -> VerifyReport:
     """Re-execute `run_dir` from its manifest and recorded tape, then compare every table."""
     from sim.run import execute_prepared
@@ -184,10 +193,14 @@ def verify(run_dir: str | Path, keep: bool = False) -> VerifyReport:
     if m.get("status") != "complete":
         raise InputError(f"{run_dir / 'manifest.json'}: status: {m.get('status')!r}; expected a complete run "
                          "(resume it first: golem-sim resume)")
+    # unreadable or foreign part files are a damaged directory (exit 2); readable ones whose bytes
+    # differ from the manifest are what a verification reports (below)
+    rundir.check_tables(run_dir, m, verify_hashes=False)
     lines: list[str] = []
     on_disk = content_hashes(run_dir)
     for t in TABLES:
         if t in m.get("hashes", {}) and m["hashes"][t] != on_disk[t]:
+            _readable_or_damaged(run_dir, t)
             lines.append(f"{t}: the files differ from the hash in manifest.json (changed after the run)")
     scenario = scenario_from_manifest(m, run_dir)
     cfg = config_from_manifest(m, run_dir)
@@ -230,9 +243,7 @@ def counterfactual(run_dir: str | Path, sets: list[str], out_dir: str | Path, pr
     from sim.run import execute_prepared
     from sim.tape_market import tape_from_run
     run_dir = Path(run_dir)
-    m = read_manifest(run_dir)
-    if m.get("status") != "complete":
-        raise InputError(f"{run_dir / 'manifest.json'}: status: {m.get('status')!r}; expected a complete run")
+    m = rundir.open_run(run_dir, "a counterfactual", need_complete=True)
     cfg_sets, scen_sets = config_layers.split_sets(sets)
     for k in scen_sets:
         if k.split(".")[0] == "market":
@@ -274,9 +285,10 @@ def clade_summary(run_dir: str | Path) -> pl.DataFrame:
     valence bias = mean over retrievals of served_mean_valence - pool_mean_valence (SPEC §14)."""
     run_dir = Path(run_dir)
     m = read_manifest(run_dir)
-    names = _clade_names(m["scenario"])
+    scen = scenario_from_manifest(m, run_dir).model_dump(mode="json")   # a damaged scenario is named
+    names = _clade_names(scen)
     gid, rows = 0, []
-    for g in m["scenario"]["golems"]:
+    for g in scen["golems"]:
         for _ in range(g["count"]):
             rows.append((gid, names.index(g["clade"]), float(g["capital"])))
             gid += 1
@@ -308,7 +320,11 @@ def clade_summary(run_dir: str | Path) -> pl.DataFrame:
 
 
 def diff_runs(run_a: str | Path, run_b: str | Path) -> pl.DataFrame:
-    """Side by side per Clade and metric: a, b and b - a (long form: clade, metric, a, b, delta)."""
+    """Side by side per Clade and metric: a, b and b - a (long form: clade, metric, a, b, delta).
+    Both runs' manifests and part files are checked first (sim.rundir.open_run: schemas and the
+    recorded sha256 of every part), so a damaged run is named instead of compared."""
+    for r in (run_a, run_b):
+        rundir.open_run(r, "diff")
     sa, sb = clade_summary(run_a), clade_summary(run_b)
     clades = list(dict.fromkeys(sa["clade"].to_list() + sb["clade"].to_list()))
     rows = []

@@ -502,7 +502,24 @@ def _header(run: Path) -> str:
             f"{n} Golems", f"status {html.escape(str(m.get('status', '?')))}"]
     if sc.get("description"):
         bits.append(html.escape(sc["description"]))
-    return f'<div class="sub">{html.escape(run.name)}: ' + " · ".join(bits) + "</div>"
+    return _status_banner(m) + f'<div class="sub">{html.escape(run.name)}: ' + " · ".join(bits) + "</div>"
+
+
+def _status_banner(m: dict) -> str:
+    """A run that did not complete says so first: the page shows only what it wrote before it stopped."""
+    status = m.get("status")
+    if status == "complete":
+        return ""
+    at = m.get("stopped_at_s")
+    when = f" at t = {at / 3600:,.2f} h" if isinstance(at, (int, float)) else ""
+    why = {"failed": f"FAILED{when}: {m.get('error', 'no error recorded')}",
+           "interrupted": f"INTERRUPTED{when} ({m.get('signal') or m.get('error') or 'stopped'}); "
+                          "golem-sim resume continues it",
+           "running": "RUNNING or killed: the manifest was not closed; golem-sim resume continues a killed run"}
+    text = why.get(status, f"status {status}")
+    return (f'<div class="status" style="background:#fde2e2;color:#8a1c1c;padding:8px 12px;border-radius:4px;'
+            f'margin:8px 0;font-weight:600">This run {html.escape(str(text))}. The figures show the tables written '
+            'before it stopped.</div>')
 
 
 def build_html(run: str | Path, compare: str | Path | None = None, threshold: float = 0.4,

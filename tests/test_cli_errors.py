@@ -52,7 +52,7 @@ def test_bad_set_value(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(GOOD)
     code, out = _run(["run", str(f), "--set", "retrieval.top_k=lots", "--out", str(tmp_path / "o"), "-q"])
-    assert code == 2 and "--set: retrieval.top_k" in out.replace("\n", "")
+    assert code == 2 and "--set retrieval.top_k=lots: retrieval.top_k" in out.replace("\n", "")
     assert not (tmp_path / "o").exists()   # nothing written before validation passed
 
 

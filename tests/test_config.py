@@ -52,7 +52,8 @@ def test_spec_environment_variables():
 def test_bad_keys_name_the_layer_and_path(layer, message):
     with pytest.raises(InputError) as exc:
         resolve(sets=layer)
-    assert str(exc.value).startswith("--set: ") and message in str(exc.value)
+    (name, value), = layer.items()
+    assert str(exc.value).startswith(f"--set {name}={value}: ") and message in str(exc.value)
 
 
 def test_set_routes_config_and_scenario_keys():

@@ -1,0 +1,122 @@
+"""Will the world fit? A run's memory, estimated before anything is allocated.
+
+The Grimoire is most of a world (`Grimoire.bytes_for`, measured on the arena's real layout); the
+tape, the population's state and the recorder's buffers come on top. The estimate is compared
+with the least of: the memory the kernel says is available, the address-space limit
+(`ulimit -v`), the cgroup's memory limit, and `GOLEM_MEMORY_LIMIT` (bytes, or `4GiB`, `512MB`) for
+running several worlds side by side. A world over it is refused with the estimate, as bad input:
+starting it would fail minutes later with a MemoryError (or the kernel's OOM killer) and leave a
+run directory without a manifest.
+"""
+from __future__ import annotations
+
+import os
+import re
+import resource
+from pathlib import Path
+
+from golem.grimoire import Grimoire
+from sim.errors import InputError, clip, escape
+from sim.scenario import BAR, Scenario, parse_duration
+
+#: population, Mind and per-Golem buffers (14 kB measured) with room to grow
+PER_GOLEM = 32 * 1024
+#: bytes per market step per asset (bars, TVL and the generator's draws and temporaries)
+PER_STEP_ASSET = 8 * 16
+PER_STEP = 8 * 10
+#: recorded rows of one Golem-tick across the tables, as buffered until a flush (x2: the writer
+#: thread may still hold the previous flush)
+PER_ROW = 2 * 1024
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20, "g": 1e9, "gb": 1e9,
+          "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:,.0f} MiB"
+
+
+def parse_bytes(text: str, where: str) -> int:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise InputError(f"{where}: expected a size in bytes such as 4GiB, 512MB or 1000000000, "
+                         f"got {clip(escape(text))!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def estimate(scenario: Scenario, cfg, record: bool = True) -> dict[str, int]:
+    """Bytes the run will hold at its peak, by part."""
+    n = sum(g.count for g in scenario.golems)
+    cap, dim = cfg.grimoire.capacity, cfg.grimoire.embedding_dim
+    parts = {"grimoire": Grimoire.bytes_for(n, cap, dim, fingerprints=cfg.retrieval.mode == "somatic_hdc",
+                                            act_ring=max(1, cfg.reflex.promotion_min)),   # as the Mind sizes it
+             "golems": n * PER_GOLEM}
+    if scenario.market.tape is None:
+        steps = scenario.duration_s / scenario.market.step_s + 2
+        parts["tape"] = int(steps * (len(scenario.market.assets) * PER_STEP_ASSET + PER_STEP))
+    if record:
+        ticks = 0.0
+        for g in scenario.golems:
+            if g.interval == BAR:
+                # once per bar: a generated market's step; a tape's bar length is not known before the
+                # tape is read, so its rows are counted at the default heartbeat
+                iv = scenario.market.step_s if scenario.market.tape is None else cfg.heartbeat.interval_s
+            else:
+                iv = parse_duration(g.interval) if g.interval is not None else cfg.heartbeat.interval_s
+            ticks += g.count * min(scenario.duration_s, cfg.recording.flush_every_s) / iv
+        parts["buffers"] = int(ticks * PER_ROW)
+    return parts
+
+
+def available(environ=None) -> tuple[int, str]:
+    """(bytes a new world may take, what limits it)."""
+    environ = os.environ if environ is None else environ
+    limits: list[tuple[float, str]] = []
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        limits.append((int(info["MemAvailable"].split()[0]) * 1024, "memory available"))
+    except (OSError, KeyError, ValueError):
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        try:
+            used = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            used = 0
+        limits.append((soft - used, "address space left under the limit (ulimit -v)"))
+    for lim, cur in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                     ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            text = Path(lim).read_text().strip()
+            if text != "max" and int(text) < 2**60:
+                limits.append((int(text) - int(Path(cur).read_text()), "memory left in the cgroup limit"))
+                break
+        except (OSError, ValueError):
+            continue
+    if environ.get("GOLEM_MEMORY_LIMIT"):
+        text = environ["GOLEM_MEMORY_LIMIT"]
+        limits.append((parse_bytes(text, f"environment GOLEM_MEMORY_LIMIT={clip(escape(text))}"),
+                       "GOLEM_MEMORY_LIMIT"))
+    if not limits:
+        return 2**62, "no known limit"
+    n, why = min(limits)
+    return max(int(n), 0), why
+
+
+def check(scenario: Scenario, cfg, where: str, record: bool = True, environ=None) -> dict[str, int]:
+    """Refuse a world whose estimate exceeds the memory it may use (InputError with the estimate)."""
+    parts = estimate(scenario, cfg, record)
+    total = sum(parts.values())
+    room, why = available(environ)
+    if total > room:
+        n = sum(g.count for g in scenario.golems)
+        per = Grimoire.bytes_for(1, 1, cfg.grimoire.embedding_dim, cfg.retrieval.mode == "somatic_hdc",
+                                 max(1, cfg.reflex.promotion_min)) - 8
+        rest = ", ".join(f"{k} {gib(v)}" for k, v in parts.items() if k != "grimoire" and v >= 2**20)
+        raise InputError(
+            f"{where}: golems: this world needs about {gib(total)} of memory (Grimoire {gib(parts['grimoire'])} = "
+            f"{n:,} Golems x {cfg.grimoire.capacity:,} entries x {per:,} B{'; ' + rest if rest else ''}), "
+            f"more than the {gib(room)} of {why}; expected fewer Golems or a smaller grimoire.capacity")
+    return parts
+
+
+__all__ = ["estimate", "available", "check", "gib", "parse_bytes"]

@@ -1,0 +1,347 @@
+"""A run directory as a thing that can be damaged, raced for, or written to a full disk.
+
+* `check_target(out)` before a run builds anything: `--out` must be (or be creatable as) an empty
+  directory we can write to; `claim(out)` then takes it for this process: a lock file created
+  exclusively and held with `flock` until the run ends, so two runs racing for one `--out` get
+  one run and one clear error, and `resume` refuses a directory another process still writes.
+* `read_manifest(run)` reads `manifest.json` and checks its shape (a JSON object with the keys a
+  run writes, of the right types): a truncated, list-shaped or retyped manifest is named as such.
+* `check_tables(run, manifest)` opens every part file's footer and compares its schema with the
+  table's, then compares each file's sha256 with the one the manifest recorded (`files`; older
+  runs: the per-table `hashes`), so `report`, `diff`, `replay` and `resume` name the damaged
+  file instead of failing deep inside a reader or, worse, reading changed numbers.
+* `Reserve`: a run keeps `RESERVE_BYTES` of disk in `.reserve` while it runs; when a write fails
+  because the disk is full, the reserve is released so the manifest can still say `failed`.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+import pyarrow.parquet as pq
+
+from sim.errors import InputError, clip, escape, show
+
+LOCK = ".lock"
+RESERVE = ".reserve"
+RESERVE_BYTES = 1 << 20
+STATUSES = ("running", "complete", "interrupted", "failed")
+#: manifest keys a run always writes, with their JSON types
+_REQUIRED = {"scenario": dict, "config": dict, "seed": int, "status": str}
+_OPTIONAL = {"hashes": dict, "files": dict, "row_counts": dict, "sets": list, "config_sources": dict,
+             "tape": dict, "failure": dict, "stopped_at_s": (int, float), "resumed_from_s": (int, float),
+             "format": int, "versions": dict, "parent": (dict, type(None)), "changes": list}
+
+
+def _oserror(exc: OSError) -> str:
+    return clip(escape(exc.strerror or str(exc)), 120)
+
+
+# --------------------------------------------------------------------------- claiming --out
+def check_target(out: Path, flag: str = "--out") -> None:
+    """Refuse an output directory that cannot become this run's, before anything is built."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{flag} {out}: exists and is not a directory; expected a new or empty directory")
+    if out.is_dir():
+        try:
+            if any(out.iterdir()):
+                raise InputError(f"{out}: output directory is not empty (choose another {flag})")
+        except PermissionError as exc:
+            raise InputError(f"{flag} {out}: cannot list the directory: {_oserror(exc)}") from None
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise InputError(f"{flag} {out}: the directory is not writable; expected a directory this user can write")
+        return
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{flag} {out}: {parent} is not a directory; expected a path under a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {out}: cannot create it: {parent} is not writable")
+
+
+def check_writable_file(path: Path, flag: str = "--out") -> None:
+    """Refuse an output file that cannot be written (checked before the work that produces it)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a directory; expected a file name")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise InputError(f"{flag} {path}: the file is not writable")
+        return
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{flag} {path}: {parent} is not a directory; expected a path under a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {path}: cannot write under {parent} (read-only or not permitted)")
+
+
+#: the claims this process holds, by directory: within one process a later claim takes over an
+#: earlier one (a Python API run left open, then resumed), since flock would refuse the process itself
+_HELD: dict[Path, "Claim"] = {}
+
+
+class Claim:
+    """This process' hold on a run directory (released when the run ends, or by the OS at exit)."""
+
+    def __init__(self, run_dir: Path, fd: int):
+        self.run_dir, self.fd = run_dir, fd
+        _HELD[Path(run_dir).resolve()] = self
+
+    def release(self, remove: bool = True) -> None:
+        if self.fd < 0:
+            return
+        if _HELD.get(Path(self.run_dir).resolve()) is self:
+            del _HELD[Path(self.run_dir).resolve()]
+        if remove:
+            try:
+                (self.run_dir / LOCK).unlink()
+            except OSError:
+                pass
+        os.close(self.fd)
+        self.fd = -1
+
+
+def claim(out: Path, flag: str = "--out") -> Claim:
+    """Create `out` (if needed) and take it: exclusive lock file, then flock."""
+    out = Path(out)
+    check_target(out, flag)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / LOCK, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        raise InputError(f"{flag} {out}: another run is writing into this directory (choose another {flag})") from None
+    except OSError as exc:
+        raise InputError(f"{flag} {out}: cannot create the run directory: {_oserror(exc)}") from None
+    others = [p.name for p in out.iterdir() if p.name != LOCK]
+    if others:   # someone else got in between our check and our lock file
+        os.close(fd)
+        (out / LOCK).unlink(missing_ok=True)
+        raise InputError(f"{out}: output directory is not empty (choose another {flag})")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise InputError(f"{flag} {out}: another run is writing into this directory (choose another {flag})") from None
+    return Claim(out, fd)
+
+
+def lock_existing(run_dir: Path) -> Claim:
+    """Hold an existing run directory (resume): refused while another process holds it."""
+    run_dir = Path(run_dir)
+    earlier = _HELD.get(run_dir.resolve())
+    if earlier is not None:
+        earlier.release(remove=False)
+    try:
+        fd = os.open(run_dir / LOCK, os.O_CREAT | os.O_WRONLY, 0o644)
+    except OSError as exc:
+        raise InputError(f"{run_dir}: cannot lock the run directory: {_oserror(exc)}; expected a writable "
+                         "run directory") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise InputError(f"{run_dir}: another process is running or resuming this run; wait for it to end") from None
+    return Claim(run_dir, fd)
+
+
+class Reserve:
+    """Disk space held back for the manifest: freed when the disk is full, so a failure is recorded."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / RESERVE
+        try:
+            with open(self.path, "wb") as fh:
+                os.posix_fallocate(fh.fileno(), 0, RESERVE_BYTES)
+        except OSError as exc:
+            self.path.unlink(missing_ok=True)
+            raise InputError(f"{run_dir}: cannot write to the run directory: {_oserror(exc)}") from None
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+# --------------------------------------------------------------------------- reading a run
+def read_manifest(run_dir: str | Path) -> dict:
+    """The run's manifest, checked: one line naming the file and what is wrong otherwise."""
+    p = Path(run_dir) / "manifest.json"
+    if not p.exists():
+        raise InputError(f"{p}: file not found; expected a run directory (made by golem-sim run)")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: cannot read the manifest ({clip(escape(str(exc)), 100)}); expected JSON") from None
+    if not text.strip():
+        raise InputError(f"{p}: empty file; expected the run's JSON manifest")
+    try:
+        m = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{p}: not valid JSON ({clip(escape(str(exc)), 100)}; truncated?); expected the run's "
+                         "JSON manifest") from None
+    if not isinstance(m, dict):
+        raise InputError(f"{p}: (top level): a JSON {type(m).__name__}; expected the run's manifest (a JSON object)")
+    for k, tp in _REQUIRED.items():
+        if k not in m:
+            raise InputError(f"{p}: {k}: required key is missing; expected a run manifest")
+        if not isinstance(m[k], tp) or isinstance(m[k], bool):
+            raise InputError(f"{p}: {k}: {show(m[k])}; expected {tp.__name__}")
+    for k, tp in _OPTIONAL.items():
+        if k in m and m[k] is not None and not isinstance(m[k], tp):
+            raise InputError(f"{p}: {k}: {show(m[k])}; expected {getattr(tp, '__name__', 'a number')}")
+    if m["status"] not in STATUSES:
+        raise InputError(f"{p}: status: {show(m['status'])}; expected one of {', '.join(STATUSES)}")
+    for k in ("hashes", "files"):
+        for name, h in (m.get(k) or {}).items():
+            if not isinstance(h, str):
+                raise InputError(f"{p}: {k}.{clip(escape(str(name)))}: {show(h)}; expected a sha256 hex digest")
+    if "sha256" in m and (not isinstance(m["sha256"], str) or
+                          hashlib.sha256(_canonical(m)).hexdigest() != m["sha256"]):
+        raise InputError(f"{p}: content differs from its sha256 (damaged or edited after the run); expected the "
+                         "manifest the run wrote")
+    if m["status"] == "complete":
+        from sim.recorder import TABLES
+        missing = [t for t in TABLES if t not in (m.get("hashes") or {})]
+        if missing:
+            raise InputError(f"{p}: hashes: no content hash for {', '.join(missing)}; expected the hashes a "
+                             "complete run records (the tables cannot be checked without them)")
+    return m
+
+
+def _canonical(manifest: dict) -> bytes:
+    return json.dumps({k: v for k, v in manifest.items() if k != "sha256"}, sort_keys=True, separators=(",", ":"),
+                      default=_plain).encode()
+
+
+def _plain(o):
+    from sim.recorder import _json_default
+    return _json_default(o)
+
+
+def write_manifest(run_dir: Path, manifest: dict) -> None:
+    """manifest.json with its own sha256 (of the rest, as compact sorted JSON): an edit or damage
+    that keeps every key's type is still seen by the readers."""
+    from sim.recorder import atomic_write_json
+    plain = json.loads(_canonical(manifest))
+    plain["sha256"] = hashlib.sha256(_canonical(plain)).hexdigest()
+    atomic_write_json(Path(run_dir) / "manifest.json", plain)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hashes(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(sha256 per table over its part files in order, as content_hashes; sha256 per part file),
+    reading each file once."""
+    from sim.recorder import TABLES, table_files
+    tables, files = {}, {}
+    for t in TABLES:
+        h = hashlib.sha256()
+        for f in table_files(run_dir, t):
+            data = f.read_bytes()
+            h.update(f.name.encode())
+            h.update(data)
+            files[f"{t}/{f.name}"] = hashlib.sha256(data).hexdigest()
+        tables[t] = h.hexdigest()
+    return tables, files
+
+
+def check_part(run_dir: Path, table: str, f: Path) -> int:
+    """Open one part's footer and compare its schema with the table's; returns its row count."""
+    from sim.recorder import SCHEMAS
+    rel = f.relative_to(run_dir)
+    try:
+        meta = pq.ParquetFile(f)
+        schema = meta.schema_arrow
+        rows = meta.metadata.num_rows
+    except Exception as exc:   # noqa: BLE001 - pyarrow raises several kinds for a damaged footer
+        size = f.stat().st_size if f.exists() else 0
+        what = "empty file" if size == 0 else f"not a readable Parquet file ({clip(escape(str(exc)), 80)})"
+        raise InputError(f"{run_dir / rel}: {what}; the run directory is damaged (expected a part of the "
+                         f"{table} table)") from None
+    expected = SCHEMAS[table]
+    if not schema.remove_metadata().equals(expected):
+        got = [n for n in schema.names if n not in expected.names][:3]
+        miss = [n for n in expected.names if n not in schema.names][:3]
+        detail = (f"columns {got} not in the table" if got else f"columns {miss} missing" if miss
+                  else "column types differ")
+        raise InputError(f"{run_dir / rel}: a Parquet file of another schema ({detail}); expected a part of the "
+                         f"{table} table as golem-sim writes it")
+    return rows
+
+
+def check_tables(run_dir: str | Path, manifest: dict, *, verify_hashes: bool = True,
+                 up_to_part: int | None = None) -> None:
+    """Every part file readable with its table's schema and, for a run that recorded them, the
+    bytes the manifest says (`up_to_part`: only the parts a checkpoint covers)."""
+    from sim.recorder import TABLES, table_files
+    run_dir = Path(run_dir)
+    listed = manifest.get("files") if manifest.get("status") == "complete" else None
+    recorded = listed if verify_hashes else None
+    for rel in listed or {}:
+        if up_to_part is None and not (run_dir / rel).is_file():
+            raise InputError(f"{run_dir / rel}: part file missing (listed in manifest.json); the run directory "
+                             "is damaged")
+    for t in TABLES:
+        if (run_dir / t).exists() and not (run_dir / t).is_dir():
+            raise InputError(f"{run_dir / t}: not a directory; the run directory is damaged (expected the {t} table)")
+        for f in table_files(run_dir, t):
+            if up_to_part is not None and _part_index(f) >= up_to_part:
+                continue
+            check_part(run_dir, t, f)
+            if recorded is not None:
+                want = recorded.get(f"{t}/{f.name}")
+                if want is None:
+                    raise InputError(f"{f}: a part file the manifest does not list; the run directory was changed "
+                                     "after the run (expected only the parts it wrote)")
+                if sha256_file(f) != want:
+                    raise InputError(f"{f}: content differs from the sha256 in manifest.json (damaged or changed "
+                                     "after the run)")
+    if recorded is None and verify_hashes and manifest.get("hashes") and manifest.get("status") == "complete":
+        tables, _ = hashes(run_dir)
+        for t, h in manifest["hashes"].items():
+            if t in tables and tables[t] != h:
+                raise InputError(f"{run_dir / t}: the part files differ from the hash in manifest.json (damaged or "
+                                 "changed after the run)")
+
+
+def _part_index(f: Path) -> int:
+    try:
+        return int(f.stem.split("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def open_run(run_dir: str | Path, purpose: str, *, verify_hashes: bool = True,
+             need_complete: bool = False) -> dict:
+    """Manifest read and tables checked before `purpose` (report, diff ...) reads anything."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: not found; expected a run directory (made by golem-sim run)")
+    m = read_manifest(run_dir)
+    if need_complete and m["status"] != "complete":
+        raise InputError(f"{run_dir / 'manifest.json'}: status: {m['status']!r}; expected a complete run for "
+                         f"{purpose}")
+    check_tables(run_dir, m, verify_hashes=verify_hashes and m["status"] == "complete")
+    from sim.replay import config_from_manifest, scenario_from_manifest
+    scenario_from_manifest(m, run_dir)        # the recorded scenario and config, as the model reads them
+    config_from_manifest(m, run_dir)
+    return m
+
+
+__all__ = ["check_target", "check_writable_file", "claim", "lock_existing", "Reserve", "read_manifest", "check_tables", "open_run",
+           "hashes", "sha256_file", "is_disk_full", "write_manifest"]
