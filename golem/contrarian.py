@@ -20,8 +20,6 @@ def pass_(mind, ix: np.ndarray, query: np.ndarray, pad: np.ndarray, now_ms: int)
     sign = np.where(pad[:, 0] >= 0, -1, 1).astype(np.int8)   # entries of the opposite valence sign
     res = rt.retrieve(gr, ix, query, flipped, now_ms, mind.prm, k=cfg.contrarian.top_k,
                       min_conf=cfg.contrarian.min_confidence, valence_sign=sign)
-    if pop.contrarian_pending.shape[1] != res.slots.shape[1]:   # contrarian.top_k other than the default 3
-        pop.contrarian_pending = np.full((pop.n, res.slots.shape[1]), -1, dtype=np.int64)
     pop.contrarian_pending[ix] = res.slots
     pop.contrarian_from[ix] = pop.tick[ix]
     found = res.slots >= 0
