@@ -317,7 +317,8 @@ def test_set_dotted_unit():
 
 @pytest.mark.parametrize("k", [1, 5])
 def test_contrarian_top_k_other_than_3_runs(tmp_path, k):
-    f = _file(tmp_path, GOOD.replace("2h", "1d"))
+    """A crash at 12 h turns the mood, so the pool of opposite-valence memories holds more than k."""
+    f = _file(tmp_path, GOOD.replace("2h", "1d") + "market:\n  regime_schedule:\n    - {at: 12h, regime: crash}\n")
     out = tmp_path / "o"
     code, text = cli("run", f, "--set", f"contrarian.top_k={k}", "--set", "contrarian.every_ticks=10",
                      "--set", "contrarian.min_confidence=0", "--out", out, "-q")
