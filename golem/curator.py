@@ -406,7 +406,7 @@ def np_sum(a, lo, n, zero):
     the identity plus a pairwise sum, blocks of up to 128 summed with eight interleaved
     accumulators, halves split at a multiple of 8. Kernels that replace a numpy sum use it so their
     figures stay the numpy expression's bit for bit (a plain loop differs in the last bits).
-    numpy recurses; this walks the same tree with a stack (a recursive numba function crashed
+    numpy recurses; this walks the same tree with a stack (a recursive numba function crashes
     when cached and called from another kernel). It lives here, beside its callers: numba's cache
     does not notice a change to a kernel of another module."""
     los = np.empty(64, dtype=np.int64)

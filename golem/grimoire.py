@@ -3,9 +3,9 @@
 Shape: one slab of `capacity` slots per Golem (rows g*cap .. g*cap+cap), every field a column,
 embeddings one contiguous block of int8 codes (`quantise`: the direction of the vector, rounded so
 its largest component is +-127). A retrieval scans its Golem's slab front to back, so scoring
-rides on one memory stream; at d = 64 an entry is 64 bytes of codes and ~140 of columns, against
-256 + 165 with float32 embeddings (docs/performance.md: what the rounding does to scores;
-docs/decisions.md: why int8). Evicting overwrites a slot in place; the slab never moves, and an
+rides on one memory stream; at d = 64 an entry is 64 bytes of codes, 145 of columns and 24 of act
+times, where float32 embeddings alone would take 256 (docs/performance.md: what the rounding does to
+scores; docs/decisions.md: why int8). Evicting overwrites a slot in place; the slab never moves, and an
 entry is never removed from its slot, only replaced or archived, so every slot below a slab's
 count holds an entry. Sparse, rarely-set fields (reflex phrases, links) live in dicts keyed by
 entry id so that memory per entry stays O(d).

@@ -696,7 +696,7 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     pass, after the threaded one), and the ids at the shadow slots (max(shadow, 0)). A served
     slot's touch and reads come together, while its cache lines are in.
 
-    The served entries lie anywhere in their slabs and are no longer in cache after the scan, so
+    The served entries lie anywhere in their slabs and are out of cache after the scan, so
     every numpy gather or scatter of them is mostly cache misses, waited for one array after the
     other; here they are issued together, on numba's threads."""
     b, k = slots.shape

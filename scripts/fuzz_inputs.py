@@ -1,4 +1,4 @@
-"""Rerun issue 22's fuzzing pass and print its table (tried / traceback / hang / other).
+"""Run the input fuzzing pass and print its table (tried / traceback / hang / other).
 
     .venv/bin/python scripts/fuzz_inputs.py [--seed 1] [--mutants 2400] [--quick]
 

@@ -146,8 +146,8 @@ class Formatted:
 
     All of a flush's chunks with the same `fn` and column names are built in one call, over their
     columns concatenated (numpy arrays along the first axis, Arrow arrays, `Names`): every Arrow
-    call has a fixed cost, and a chunk of a few rows per tick paid it for every tick (~1 ms per
-    tick of a 1,000-Golem run). `fn` must be one function (not a new lambda per chunk) and must
+    call has a fixed cost, and building each tick's chunk of a few rows alone would pay it for every
+    tick (~1 ms per tick of a 1,000-Golem run). `fn` must be one function (not a new lambda per chunk) and must
     only read its columns, which nothing may change later."""
 
     __slots__ = ("fn", "columns", "n")

@@ -63,7 +63,7 @@ def scenario_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, 
 def config_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, Any] | None = None):
     """The resolved config as recorded, --set config keys on top. The environment is ignored on
     purpose: the recorded config already holds the run's environment, and a replay must not pick
-    up today's. Keys added to the defaults since the run take their default values."""
+    up the current one. Keys added to the defaults since the run take their default values."""
     tree = copy.deepcopy(default_table())
     where = f"{Path(run_dir) / 'manifest.json'}"
     for flat, v in manifest["config"].items():

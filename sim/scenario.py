@@ -604,7 +604,7 @@ def _set_item(container: Any, k: Any, rest: list[str], value: Any, path: tuple, 
     _set_in(nxt, rest, value, path, source)
 
 
-#: kept for callers of the old name
+#: the private spelling of `set_dotted`
 _set_dotted = set_dotted
 
 SCENARIO_KEYS = tuple(Scenario.model_fields)

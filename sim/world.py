@@ -80,7 +80,7 @@ def _payload_column(v):
 
 def _strings(a) -> pa.Array:
     """A string column as Arrow now, on the simulation thread (a few µs per tick): converted on the
-    writer thread, a column of Python strings held the GIL for the whole conversion and stalled
+    writer thread, a column of Python strings would hold the GIL for the whole conversion and stall
     the simulation's Python for as long."""
     return pa.array(a, type=pa.string(), from_pandas=True)
 

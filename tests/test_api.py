@@ -1,4 +1,4 @@
-"""The Python API (sim.api, issue 24): stepped runs give the one-shot run's tables byte for byte,
+"""The Python API (sim.api): stepped runs give the one-shot run's tables byte for byte,
 in-memory runs write nothing and hold the same tables, and the live views say what the tables say."""
 from __future__ import annotations
 

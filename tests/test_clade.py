@@ -1,4 +1,4 @@
-"""The Clade (issue 5): latency, contagion, inherited knowledge, the dead receive nothing."""
+"""The Clade: latency, contagion, inherited knowledge, the dead receive nothing."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Every key of configs/default.yaml is live (issue 21): changed, it changes what the engine does.
+"""Every key of configs/default.yaml is live: changed, it changes what the engine does.
 
 The test walks whatever keys the defaults file holds, so a key added tomorrow is covered the day
 it lands. Each key is changed by a rule (a number: x 0.8, or + 1 for an integer, 0 -> 0.1; a flag:

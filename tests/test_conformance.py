@@ -1,4 +1,4 @@
-"""Spec rules one at a time (issue 21), each on a hand-built Mind or Grimoire whose numbers are
+"""Spec rules one at a time, each on a hand-built Mind or Grimoire whose numbers are
 worked out here from SPEC.md: reflection and its counterfactual (§5), the curator's de-biasing
 (§7.2), first sightings (§3.3), reflex proposals (§4.5), imports (§3.2, §3.4), arousal bias and
 reactivation (§2.4, §2.6), escalation events and empty observations (§13, §3.3), edges of
@@ -60,7 +60,7 @@ def _rows(m, kind):
 def test_regret_insight_holds_the_opposite_actions_outcome_and_the_unbiased_one():
     """Golem 0 was fully in through a 2 % fall: the opposite (out) would have earned 2 % more, so
     an insight with outcome tanh(-2). Golem 1 was out through a 1 % rally: the opposite (in) would
-    have earned 1 % more, outcome tanh(+1) (no prediction was at stake: the old rule wrote none).
+    have earned 1 % more, outcome tanh(+1) (written whether or not a prediction was at stake).
     Golem 2 was 80 % in through a 1 % fall: the opposite (20 % in) stood 0.6 away, outcome
     tanh(-0.6), not the move's tanh(-1). All calm: outcome and raw_outcome agree and nothing is
     tagged arousal_bias."""

@@ -1,4 +1,4 @@
-"""Curator, contrarian pass, dreams and the reflex lane (issue 4)."""
+"""Curator, contrarian pass, dreams and the reflex lane."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Damaged run directories (issue 22): truncated, emptied, foreign-schema or flipped parts, missing
+"""Damaged run directories: truncated, emptied, foreign-schema or flipped parts, missing
 or extra parts, and truncated, list-shaped or retyped manifests. `replay --verify`, `report`,
 `diff` and `resume` name the damaged file and exit 2; `report` and `diff` check every part's
 recorded sha256 before reading. Every case runs in-process for all four commands, and through a

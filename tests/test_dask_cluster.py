@@ -1,4 +1,4 @@
-"""Sweeps on a real Dask cluster (issue 25): a `dask scheduler` and `dask worker` processes on
+"""Sweeps on a real Dask cluster: a `dask scheduler` and `dask worker` processes on
 127.0.0.1, driven by `golem-sim sweep --scheduler` in its own process. The same hashes as the local
 pool, a worker killed mid-sweep, a scheduler without workers, TLS with a certificate made here, and
 the warning for an address that is neither loopback nor TLS. Runs are tiny (calm, a few hours)."""

@@ -1,4 +1,4 @@
-"""Files, disks and checkpoints (issue 22), through real `golem-sim` processes on real files.
+"""Files, disks and checkpoints, through real `golem-sim` processes on real files.
 
 A full disk (a size-limited tmpfs), a read-only or non-directory `--out`, `report --out` to a
 read-only place, two runs racing for one `--out`; corrupt checkpoints (fallback to the previous

@@ -1,4 +1,4 @@
-"""Affective memory dynamics (issue 3): flashbulbs, decay and reactivation, confidence, salience
+"""Affective memory dynamics: flashbulbs, decay and reactivation, confidence, salience
 shadow rank, anti-rumination, six-factor profile, somatic markers, reflection, mortality."""
 from __future__ import annotations
 

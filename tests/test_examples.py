@@ -1,4 +1,4 @@
-"""examples/fearful_buyer (issue 24): the whole loop of writing a strategy and comparing it with a
+"""examples/fearful_buyer: the whole loop of writing a strategy and comparing it with a
 built-in runs, on the command line and as the example's notebook."""
 from __future__ import annotations
 

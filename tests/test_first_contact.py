@@ -1,4 +1,4 @@
-"""First contact (issue 25): what a new user meets from the README and `--help`, through a real
+"""First contact: what a new user meets from the README and `--help`, through a real
 `golem-sim` process each time (python -m sim.cli, the console script's module)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property (issue 22): whatever scenario file, `--set` values and GOLEM_* environment a user gives,
+"""Property: whatever scenario file, `--set` values and GOLEM_* environment a user gives,
 `validate` either accepts it — and then a short run finishes with finite tables — or refuses it
 with exit status 2 and one line under 500 characters, within 10 s. Nothing else (a traceback, a
 hang, exit 1) ever happens.

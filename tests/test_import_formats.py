@@ -1,4 +1,4 @@
-"""Real tapes in any format (issue 25): `golem-sim import-tape` on the layouts real data comes in,
+"""Real tapes in any format: `golem-sim import-tape` on the layouts real data comes in,
 and scenarios on a tape (`interval: bar`, `asset: tape`), each through a real `golem-sim` process."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input (issue 22, issue 25's error messages): every class of bad value and YAML structure is
+"""Bad input: every class of bad value and YAML structure is
 one line naming the file or command-line value, the key path and what was expected; exit 2; no
 traceback; nothing written. And --set reaches into lists."""
 from __future__ import annotations

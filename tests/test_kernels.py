@@ -305,7 +305,7 @@ def test_untagged_and_zero_pad_are_neutral():
 
 
 def test_bytes_per_entry_is_o_d():
-    """SPEC §3.5 / issue 23: memory per Grimoire entry <= 2 d + 128 bytes (d codes and the columns)."""
+    """SPEC §3.5: memory per Grimoire entry <= 2 d + 128 bytes (d codes and the columns)."""
     for d in (64, 384):
         assert Grimoire(2, 8, d).bytes_per_entry() <= 2 * d + 128
 

@@ -1,4 +1,4 @@
-"""Strategy and appraisal plug-ins (issue 24): code outside the package drives a run, the view it
+"""Strategy and appraisal plug-ins: code outside the package drives a run, the view it
 reads says what the tables say, failures are one line, and the manifest knows which code ran."""
 from __future__ import annotations
 

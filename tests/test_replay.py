@@ -1,4 +1,4 @@
-"""Replay (issue 6): verified re-execution from the recorded tape, counterfactuals, diff."""
+"""Replay: verified re-execution from the recorded tape, counterfactuals, diff."""
 from __future__ import annotations
 
 import json

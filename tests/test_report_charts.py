@@ -1,4 +1,4 @@
-"""Report charts (issue 25): legends and names, no empty lock-in axis, compare reports on shared
+"""Report charts: legends and names, no empty lock-in axis, compare reports on shared
 y-axes that say what changed, calendar dates on real tapes, the contagion wave in seconds.
 
 The figures are caught before they become PNGs (sim.report.png_data_uri is swapped for a

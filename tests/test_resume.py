@@ -1,4 +1,4 @@
-"""Crash-safe, resumable runs (issue 6): signals, checkpoints, kill -9 and resume."""
+"""Crash-safe, resumable runs: signals, checkpoints, kill -9 and resume."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Sweeps (issue 9): the same runs on every executor, failures recorded, finished runs reused,
+"""Sweeps: the same runs on every executor, failures recorded, finished runs reused,
 Ctrl-C stops cleanly, and bad input is one line with exit status 2.
 
 Tiny runs: scenarios/calm.yaml cut to 6 h, plus a scenario whose tape file is junk, which passes

@@ -1,4 +1,4 @@
-"""Real market tapes as the market (issue 6): import-tape, tape_from_file, the clock, real episodes."""
+"""Real market tapes as the market: import-tape, tape_from_file, the clock, real episodes."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
 """The per-agent peer of a whole run: what a competent user writes without the engine's batching.
 
-Issue 8's reference point: a simplified Golem (PAD update, four-factor retrieval over a full
+The reference point: a simplified Golem (PAD update, four-factor retrieval over a full
 1,024-entry memory with d = 64, top-8, salience-gated writes, a curator every 50 ticks), one
 SimPy process per agent, numpy per agent. Its Golem-ticks per second is the yardstick for the
 engine's whole-run throughput (`_run.py` measures both in one process).

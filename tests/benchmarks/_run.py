@@ -97,7 +97,7 @@ def instrument(timer: PhaseTimer) -> None:
             setattr(owner, name, timer.wrap(fn, phase))
 
     patch(W.World, "run", "scheduling")     # outermost: what no other phase covers (its wall time is
-    patch(W.World, "observe", "market")      # reported as the run's minus the others, as before)
+    patch(W.World, "observe", "market")      # reported as the run's minus the others)
     for name in ("_record_market", "_record_heartbeats", "_record_retrievals", "_record_entries", "_record_events",
                  "_record_snapshot"):
         patch(W.World, name, "recording")       # also when called from a Clade delivery
