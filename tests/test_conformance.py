@@ -225,6 +225,25 @@ def test_reflex_promotion_minimum_is_the_configs():
     assert m.gr.acted_ms.shape[1] == 5                          # the Mind keeps as many act times
 
 
+@pytest.mark.parametrize("acts, proposed", [
+    ([12, 20, 40], True),            # the third most recent act is 29 days before day 41
+    ([10, 20, 40], False),           # 31 days: outside the 30
+    ([31, 40], False),               # two acts within the 30 days: fewer than 3
+])
+def test_the_curators_reflex_proposals_use_three_acts_in_30_days_by_default(acts, proposed):
+    """SPEC §4.5 with the shipped defaults (not numbers handed to `reflex.proposals`): a curator
+    pass on day 41 proposes an entry with event phrases acted on >= 3 times within the last 30 days."""
+    m = minds.mind(n=1)
+    m.gr.insert(np.array([0]), np.ones((1, m.gr.dim)), dict(created_ms=0, last_access_ms=40 * DAY, window_ms=np.inf,
+                                                            decay_class=gm.STRUCTURAL))
+    eid = int(m.gr.cols["id"][0])
+    m.gr.phrases[eid] = "anonymous-deployer"
+    for t in acts:
+        m.gr.cols["acted_on_count"][0] += 1
+        reflex.record_acts(m.gr, np.array([[0]]), int(t * DAY))
+    assert curatorm.curate(m, 0, 41 * DAY)["reflex_proposals"] == ([eid] if proposed else [])
+
+
 # ----------------------------------------------------------------------------- §3.2-3.4 imports
 def _world(tmp_path, sets=(), text=None, name="w"):
     from sim.market import generate
