@@ -604,6 +604,20 @@ def test_the_dead_receive_nothing_even_when_a_push_was_sent_before_they_died(tmp
     assert w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3) and (w.pop.pad[2] == before[2]).all()
 
 
+def test_no_golem_receives_its_own_push(tmp_path):
+    """SPEC §9: a parcel whose receivers list its sender is not delivered back to it (no copy, no
+    contagion); its living sibling stores the copy and its P moves by -0.8 x 0.3."""
+    w = _world(tmp_path, text="name: w\nduration: 1h\nseed: 1\ngolems:\n  - {count: 2}\n")
+    w.gr.insert(np.array([0]), np.ones((1, w.gr.dim)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf,
+                                                            has_tag=True, p=np.float32(-0.8), a=np.float32(0.9)))
+    from golem import clade
+    entry = clade.capture(w.gr, 0)
+    before = w.pop.pad.copy()
+    w.deliver([(0, entry, "flashbulb", np.array([0, 1]), np.array([2.0, 2.0]))])
+    assert w.gr.count.tolist() == [1, 1]
+    assert (w.pop.pad[0] == before[0]).all() and w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3)
+
+
 @pytest.mark.parametrize("arousal, pushed", [(0.3, True), (0.9, False)])
 def test_warnings_are_pushed_only_at_confidence_0_7(arousal, pushed):
     """SPEC §9: a warning (a high-severity event) goes to the Clade when its confidence, 0.9 x
