@@ -103,6 +103,23 @@ def test_an_aroused_counterfactual_is_biased_toward_the_mood_and_keeps_the_unbia
         assert rows.size == 1 and not c["arousal_bias"][rows].any(), kind
 
 
+def test_an_insight_written_in_a_crisis_emotion_is_tagged_even_when_the_mood_is_calm():
+    """SPEC §2.4 with §2.1: the arousal band is the emotion's. Emotion A 0.8 > 0.5 tags the regret
+    insight arousal_bias although the mood (A 0.1) is calm; only the mood bends the counterfactual,
+    so its outcome stays the unbiased tanh(-0.5) (fully in through a 0.5 % fall); the episode of
+    the move written on the same tick is not tagged."""
+    m = minds.mind(n=1)
+    s = minds.sensed(m, IX, pad=(-0.6, 0.8, 0.1), mood=(-0.6, 0.1, 0.1), ret=-0.005, tick_pnl=-50.0)
+    _reflect(m, s, ac=minds.acted(IX, 1.0))
+    c = m.gr.cols
+    r = _rows(m, K_REGRET)
+    assert r.size == 1 and c["arousal_bias"][r[0]]
+    assert float(c["outcome"][r[0]]) == pytest.approx(math.tanh(-0.5), abs=1e-6)
+    assert float(c["raw_outcome"][r[0]]) == pytest.approx(math.tanh(-0.5), abs=1e-6)
+    price = _rows(m, K_PRICE)
+    assert price.size == 1 and not c["arousal_bias"][price].any()
+
+
 def test_calm_reevaluation_contradicts_the_biased_insight_and_restores_the_unbiased_outcome():
     """SPEC §7.2 on the insight above: when the Golem is calm the curator re-runs the
     counterfactual (the kept unbiased outcome); the bias moved it by 0.18 > 0.1, so it is
