@@ -453,6 +453,31 @@ def test_at_exactly_twice_its_window_an_entry_is_expired_in_status_and_retrieval
     assert gm.status_at(int(w_days * DAY) - 1, 0, w_days) == gm.ACTIVE
 
 
+@pytest.mark.parametrize("profile", ["six_factor", "somatic_hdc"])
+def test_at_exactly_twice_its_window_the_other_retrieval_profiles_drop_the_entry(profile):
+    """SPEC §3.2 in the alternative profiles (§4.1 six-factor, §11 somatic HDC): an entry last
+    accessed 5 days ago with a 2.5-day window is expired (not eligible); 1 ms younger it is stale
+    and still served."""
+    w_days = 2.5
+    gr = gm.Grimoire(1, 4, 4, fingerprints=True)
+    gr.insert(np.array([0]), np.ones((1, 4)), dict(created_ms=0, last_access_ms=0, window_ms=w_days * DAY,
+                                                   decay_class=gm.TACTICAL))
+    cfg = minds.config()
+    prm = rt.RetrievalParams.from_config(cfg)
+    q = np.full((1, 4), 0.5, np.float32)
+    edge = int(2 * w_days * DAY)
+
+    def served(now):
+        if profile == "six_factor":
+            res = rt.retrieve_six(gr, np.array([0]), q, np.zeros((1, 3)), now, prm, rt.six_factor_weights(cfg),
+                                  np.array([0]), 0, [set()])
+        else:
+            res = rt.retrieve_somatic_hdc(gr, np.array([0]), q, np.zeros((1, 3)), now, prm, gr.fp[:1])
+        return int(res.slots[0, 0])
+    assert served(edge) == -1
+    assert served(edge - 1) == 0
+
+
 # ----------------------------------------------------------------------------- §10 the death reflection
 def _dying_mind(heavy_weight=2.0):
     """Golem 1 of two, about to die of its budget, with a hand-made life: which memory it trusted,
@@ -566,8 +591,9 @@ def test_contrarian_needs_confidence_0_6_and_the_opposite_valence_and_keeps_top_
     assert (m.pop.contrarian_pending[0] == -1).all() and dd["mem"].shape == (1,)
 
 
-@pytest.mark.parametrize("pnl, fires", [(-501.0, True), (-499.0, False), (501.0, True)])
+@pytest.mark.parametrize("pnl, fires", [(-501.0, True), (-499.0, False), (501.0, True), (500.0, False), (-500.0, False)])
 def test_flashbulb_pnl_trigger_is_5_percent_of_value(pnl, fires):
+    """SPEC §6: |tick P&L| > 5 % of portfolio value; exactly 5 % (500 of 10,000) does not fire."""
     from golem import flashbulb
     cfg = minds.config()
     trig = flashbulb.triggers(cfg, np.zeros(1), np.zeros(1, np.int64), np.array([pnl]), np.array([10_000.0]),
