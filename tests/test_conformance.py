@@ -103,6 +103,23 @@ def test_an_aroused_counterfactual_is_biased_toward_the_mood_and_keeps_the_unbia
         assert rows.size == 1 and not c["arousal_bias"][rows].any(), kind
 
 
+def test_an_insight_written_in_a_crisis_emotion_is_tagged_even_when_the_mood_is_calm():
+    """SPEC §2.4 with §2.1: the arousal band is the emotion's. Emotion A 0.8 > 0.5 tags the regret
+    insight arousal_bias although the mood (A 0.1) is calm; only the mood bends the counterfactual,
+    so its outcome stays the unbiased tanh(-0.5) (fully in through a 0.5 % fall); the episode of
+    the move written on the same tick is not tagged."""
+    m = minds.mind(n=1)
+    s = minds.sensed(m, IX, pad=(-0.6, 0.8, 0.1), mood=(-0.6, 0.1, 0.1), ret=-0.005, tick_pnl=-50.0)
+    _reflect(m, s, ac=minds.acted(IX, 1.0))
+    c = m.gr.cols
+    r = _rows(m, K_REGRET)
+    assert r.size == 1 and c["arousal_bias"][r[0]]
+    assert float(c["outcome"][r[0]]) == pytest.approx(math.tanh(-0.5), abs=1e-6)
+    assert float(c["raw_outcome"][r[0]]) == pytest.approx(math.tanh(-0.5), abs=1e-6)
+    price = _rows(m, K_PRICE)
+    assert price.size == 1 and not c["arousal_bias"][price].any()
+
+
 def test_calm_reevaluation_contradicts_the_biased_insight_and_restores_the_unbiased_outcome():
     """SPEC §7.2 on the insight above: when the Golem is calm the curator re-runs the
     counterfactual (the kept unbiased outcome); the bias moved it by 0.18 > 0.1, so it is
@@ -223,6 +240,25 @@ def test_reflex_promotion_minimum_is_the_configs():
     assert reflex.proposals(gr, np.array([0]), 41 * DAY, 2, 5.0)[0].size == 0      # 35 is 6 days back
     m = minds.mind(n=1, cfg=minds.config(**{"reflex.promotion_min": 5}))
     assert m.gr.acted_ms.shape[1] == 5                          # the Mind keeps as many act times
+
+
+@pytest.mark.parametrize("acts, proposed", [
+    ([12, 20, 40], True),            # the third most recent act is 29 days before day 41
+    ([10, 20, 40], False),           # 31 days: outside the 30
+    ([31, 40], False),               # two acts within the 30 days: fewer than 3
+])
+def test_the_curators_reflex_proposals_use_three_acts_in_30_days_by_default(acts, proposed):
+    """SPEC §4.5 with the shipped defaults (not numbers handed to `reflex.proposals`): a curator
+    pass on day 41 proposes an entry with event phrases acted on >= 3 times within the last 30 days."""
+    m = minds.mind(n=1)
+    m.gr.insert(np.array([0]), np.ones((1, m.gr.dim)), dict(created_ms=0, last_access_ms=40 * DAY, window_ms=np.inf,
+                                                            decay_class=gm.STRUCTURAL))
+    eid = int(m.gr.cols["id"][0])
+    m.gr.phrases[eid] = "anonymous-deployer"
+    for t in acts:
+        m.gr.cols["acted_on_count"][0] += 1
+        reflex.record_acts(m.gr, np.array([[0]]), int(t * DAY))
+    assert curatorm.curate(m, 0, 41 * DAY)["reflex_proposals"] == ([eid] if proposed else [])
 
 
 # ----------------------------------------------------------------------------- §3.2-3.4 imports
@@ -417,6 +453,31 @@ def test_at_exactly_twice_its_window_an_entry_is_expired_in_status_and_retrieval
     assert gm.status_at(int(w_days * DAY) - 1, 0, w_days) == gm.ACTIVE
 
 
+@pytest.mark.parametrize("profile", ["six_factor", "somatic_hdc"])
+def test_at_exactly_twice_its_window_the_other_retrieval_profiles_drop_the_entry(profile):
+    """SPEC §3.2 in the alternative profiles (§4.1 six-factor, §11 somatic HDC): an entry last
+    accessed 5 days ago with a 2.5-day window is expired (not eligible); 1 ms younger it is stale
+    and still served."""
+    w_days = 2.5
+    gr = gm.Grimoire(1, 4, 4, fingerprints=True)
+    gr.insert(np.array([0]), np.ones((1, 4)), dict(created_ms=0, last_access_ms=0, window_ms=w_days * DAY,
+                                                   decay_class=gm.TACTICAL))
+    cfg = minds.config()
+    prm = rt.RetrievalParams.from_config(cfg)
+    q = np.full((1, 4), 0.5, np.float32)
+    edge = int(2 * w_days * DAY)
+
+    def served(now):
+        if profile == "six_factor":
+            res = rt.retrieve_six(gr, np.array([0]), q, np.zeros((1, 3)), now, prm, rt.six_factor_weights(cfg),
+                                  np.array([0]), 0, [set()])
+        else:
+            res = rt.retrieve_somatic_hdc(gr, np.array([0]), q, np.zeros((1, 3)), now, prm, gr.fp[:1])
+        return int(res.slots[0, 0])
+    assert served(edge) == -1
+    assert served(edge - 1) == 0
+
+
 # ----------------------------------------------------------------------------- §10 the death reflection
 def _dying_mind(heavy_weight=2.0):
     """Golem 1 of two, about to die of its budget, with a hand-made life: which memory it trusted,
@@ -530,8 +591,9 @@ def test_contrarian_needs_confidence_0_6_and_the_opposite_valence_and_keeps_top_
     assert (m.pop.contrarian_pending[0] == -1).all() and dd["mem"].shape == (1,)
 
 
-@pytest.mark.parametrize("pnl, fires", [(-501.0, True), (-499.0, False), (501.0, True)])
+@pytest.mark.parametrize("pnl, fires", [(-501.0, True), (-499.0, False), (501.0, True), (500.0, False), (-500.0, False)])
 def test_flashbulb_pnl_trigger_is_5_percent_of_value(pnl, fires):
+    """SPEC §6: |tick P&L| > 5 % of portfolio value; exactly 5 % (500 of 10,000) does not fire."""
     from golem import flashbulb
     cfg = minds.config()
     trig = flashbulb.triggers(cfg, np.zeros(1), np.zeros(1, np.int64), np.array([pnl]), np.array([10_000.0]),
@@ -583,6 +645,20 @@ def test_the_dead_receive_nothing_even_when_a_push_was_sent_before_they_died(tmp
     w.deliver([(0, entry, "flashbulb", np.array([1, 2]), np.array([2.0, 2.0]))])
     assert w.gr.count.tolist() == [1, 1, 0]
     assert w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3) and (w.pop.pad[2] == before[2]).all()
+
+
+def test_no_golem_receives_its_own_push(tmp_path):
+    """SPEC §9: a parcel whose receivers list its sender is not delivered back to it (no copy, no
+    contagion); its living sibling stores the copy and its P moves by -0.8 x 0.3."""
+    w = _world(tmp_path, text="name: w\nduration: 1h\nseed: 1\ngolems:\n  - {count: 2}\n")
+    w.gr.insert(np.array([0]), np.ones((1, w.gr.dim)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf,
+                                                            has_tag=True, p=np.float32(-0.8), a=np.float32(0.9)))
+    from golem import clade
+    entry = clade.capture(w.gr, 0)
+    before = w.pop.pad.copy()
+    w.deliver([(0, entry, "flashbulb", np.array([0, 1]), np.array([2.0, 2.0]))])
+    assert w.gr.count.tolist() == [1, 1]
+    assert (w.pop.pad[0] == before[0]).all() and w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3)
 
 
 @pytest.mark.parametrize("arousal, pushed", [(0.3, True), (0.9, False)])

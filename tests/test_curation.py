@@ -556,6 +556,34 @@ def test_tiers_reference_by_hand():
     assert c["status"].tolist() == [gm.ARCHIVED, 0, 0] and c["decay_class"].tolist() == [gm.TACTICAL, gm.REGIME, gm.TACTICAL]
 
 
+def test_tiers_reference_windows_hold_the_tier_ttl_by_hand():
+    """The reference's (and the kernel's) window after a change of class, worked by hand from SPEC
+    §3.2: max(new class days, tier TTL) x (1 + s). Score 0.1 x 0.5 x 1.5 = 0.075 <= 0.2: regime ->
+    tactical, TTL 30, s 0.5: 30 x 1.5 = 45 days (the class alone would give 7 x 1.5 = 10.5); score
+    1.0 x 0.9 x 1.4 = 1.26 >= 0.6: ephemeral -> tactical, TTL 14, s 0.4: 14 x 1.4 = 19.6 days (not 9.8).
+    Neither is archived at 19 days."""
+    from golem.curator import tiers
+    class_days = np.array([1.0, 7.0, 14.0, np.inf])
+
+    def slab():
+        return dict(salience=np.array([0.5, 0.4], np.float32), decay_class=np.array([gm.REGIME, gm.EPHEMERAL], np.int8),
+                    flashbulb=np.zeros(2, bool), curator_weight=np.ones(2, np.float32),
+                    importance=np.array([0.1, 1.0], np.float32), confidence=np.array([0.5, 0.9], np.float32),
+                    window_ms=np.array([2.0, 2.0]) * DAY, ttl_days=np.array([30, 14], np.float32),
+                    last_access_ms=np.array([0, 0], np.int64), status=np.zeros(2, np.int8))
+    live = np.ones((1, 2), bool)
+    ref = slab()
+    counts = _tiers_reference(np.array([0]), 2, live, ref, 19 * DAY, 0.6, 0.2, class_days)
+    k = slab()
+    got = tiers(np.array([0]), 2, live, k["salience"], k["decay_class"], k["flashbulb"], k["curator_weight"],
+                k["importance"], k["confidence"], k["window_ms"], k["ttl_days"], k["last_access_ms"], k["status"],
+                19 * DAY, 0.6, 0.2, class_days, 0.7)
+    for c, (up, down, arch) in ((ref, counts), (k, got)):
+        assert (up.tolist(), down.tolist(), arch.tolist()) == ([1], [1], [0])
+        assert c["decay_class"].tolist() == [gm.TACTICAL, gm.TACTICAL] and c["status"].tolist() == [0, 0]
+        assert (c["window_ms"] / DAY).tolist() == pytest.approx([45.0, 19.6], rel=1e-6)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 160), st.booleans(), st.sampled_from([0.0, 0.2, 0.5]))
 def test_balance_kernel_matches_the_spec_reference(seed, n_golems, cap, balance, minority):
