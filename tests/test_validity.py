@@ -25,13 +25,14 @@ SITUATIONS = {
     "flash crash, the crash hours: fear": ("flash_crash", "40h", "36h", "40h", "ETH", "holders", {"fear"}, None),
     "exploit on a held protocol, the hours after: fear": ("exploit", "23h", "20h", "23h", "AAVE", "holders", {"fear"}, None),
     "slow bleed, from day 5: sadness": ("slow_bleed", "6d", "5d", "6d", "ETH", "holders", {"sadness"}, None),
-    "profitable trades in a volatile rally: joy or anticipation": ("bull_run", "3d", "12h", "3d", "ETH", "holders",
+    "profitable trades in a volatile rally: joy or anticipation": ("bull_run", "3d3h", "12h", "3d", "ETH", "holders",
                                                                     {"joy", "anticipation"}, None),
     "calm, from day 2: trust or neutral": ("calm", "3d", "2d", "3d", None, "all", {"trust", "neutral"}, None),
     "rug pull, the first hour: fear": ("rug_pull", "36h", "30h", "31h", "PEPE", "holders", {"fear"}, None),
     "rug pull, the hours after: then disgust": ("rug_pull", "36h", "31h", "36h", "PEPE", "holders", {"disgust"}, "30h"),
 }
-#: a regime shift: surprise among the top two emotions of everyone who sees it (the bull run's shake-out)
+#: a regime shift: surprise among the top two emotions of everyone who sees it (the bull run's shake-out;
+#: the same runs as the rally above)
 SHIFT = ("bull_run", "3d3h", "3d", "3d1h")
 #: every shipped scenario but real_tape (it needs the recorded tape: tests/test_scenario_claims.py) and
 #: population (24 GiB), at a length that keeps its situations (seed 1; bench a few hours: a load, not
