@@ -364,7 +364,9 @@ def check_case(root: Path, doc: dict, how, sets: list[str], env: dict) -> str:
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(120)
     try:
-        r = CliRunner().invoke(app, ["run", str(f), *args[2:], "--set", f"duration={dur}", "--out", str(case / "run"),
+        # the duration as YAML reads a float back (5e-324 without a dot would be a string)
+        yaml_dur = yaml.safe_dump(dur).splitlines()[0]
+        r = CliRunner().invoke(app, ["run", str(f), *args[2:], "--set", f"duration={yaml_dur}", "--out", str(case / "run"),
                                      "-q"], env={**ENV, **env})
     finally:
         signal.alarm(0)
