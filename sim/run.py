@@ -182,7 +182,7 @@ def open_run(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path | None,
             hold.reserve = rundir.Reserve(run_dir)
             configure_logging(run_dir)
             world.rec = Recorder(run_dir)
-            world.record_tape_events()
+            world.tables.tape_events()
             if checkpoint:
                 world.checkpoint_dir = run_dir / "checkpoint"
             rundir.write_manifest(run_dir, manifest)
@@ -191,7 +191,7 @@ def open_run(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path | None,
             raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror or exc}") from None
         structlog.get_logger().info("run_start", scenario=scenario.name, seed=run_seed, golems=world.pop.n)
     elif recorder is not None:
-        world.record_tape_events()
+        world.tables.tape_events()
     return world, manifest, run_dir
 
 
