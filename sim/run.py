@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from sim.checkpoint import maybe_save
 from sim import config_layers, resources, rundir
 from sim.errors import clip, escape, one_line, show
 from sim.market import generate
@@ -184,7 +185,7 @@ def open_run(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path | None,
             world.rec = Recorder(run_dir)
             world.tables.tape_events()
             if checkpoint:
-                world.checkpoint_dir = run_dir / "checkpoint"
+                world.checkpoint_dir, world.checkpointer = run_dir / "checkpoint", maybe_save
             rundir.write_manifest(run_dir, manifest)
         except OSError as exc:
             hold.release()

@@ -119,7 +119,8 @@ class World:
         gas = tape.gas[:max(last, 0) + 1]
         self.gas_ref = float(np.nanmedian(gas)) if np.isfinite(gas).any() else 30.0
         self.stop_signal: int | None = None   # set by a signal handler; checked between events
-        self.checkpoint_dir = None            # set by the run driver: save state at every flush
+        self.checkpoint_dir = None            # set by the run driver with `checkpointer`: save state at every
+        self.checkpointer = None              # flush, checkpointer(world, checkpoint_dir) (sim.checkpoint.maybe_save)
         self.roles: dict = {}                 # SimPy process -> role, for checkpoints
         self.begun = False                    # processes started (World.begin)
         self._prefill()
@@ -280,15 +281,14 @@ class World:
             yield self.env.timeout(cohort.interval_s)
 
     def flusher(self, first=None):
-        """Flush at low priority every `recording.flush_every_s`, then checkpoint (sim.checkpoint)."""
+        """Flush at low priority every `recording.flush_every_s`, then checkpoint (`checkpointer`)."""
         every = self.cfg.recording.flush_every_s
         ev = first if first is not None else self.at(self.env.now + every, LOW)
         while True:
             yield ev
             self.flush(background=True)
             if self.checkpoint_dir is not None:
-                from sim import checkpoint
-                checkpoint.maybe_save(self, self.checkpoint_dir)
+                self.checkpointer(self, self.checkpoint_dir)
             ev = self.at(self.env.now + every, LOW)
 
     def reporter(self, every_s: float):

@@ -188,10 +188,11 @@ def parts_of_recording(write: bool = True, checkpoint: bool = True) -> None:
     """Switch off parts of recording, to measure what each costs (the tables are then incomplete)."""
     import sim.checkpoint
     import sim.recorder
+    import sim.run
     if not write:
         sim.recorder._build_and_write = lambda path, table, cols: None
-    if not checkpoint:
-        sim.checkpoint.maybe_save = lambda *a, **k: None
+    if not checkpoint:   # the run driver hands maybe_save to the world as its checkpointer
+        sim.checkpoint.maybe_save = sim.run.maybe_save = lambda *a, **k: None
 
 
 def in_child(capacity: int, record: bool, duration: str | None) -> dict:
