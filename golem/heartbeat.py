@@ -254,6 +254,9 @@ class Mind:
 
     # ------------------------------------------------------------------ SENSING
     def sense(self, ix: np.ndarray, obs: Observation) -> Sensed:
+        """Appraise the tick (SPEC §5 SENSING): the move, its volatility, the events and the Golem's
+        own trades make a stimulus; the emotion (PAD) and the mood follow it; then the label, the
+        somatic marker of the tick's pattern, the reflex lane and the inference tier."""
         cfg, pop = self.cfg, self.pop
         ap = cfg.appraisal
         asset = pop.asset[ix].astype(np.int64)
@@ -261,16 +264,50 @@ class Mind:
         first = np.isnan(pop.last_price[ix])
         lp = np.where(first, price, pop.last_price[ix])
         ret = price / lp - 1.0
-        lr = np.log(price / lp)
         value = pop.cash[ix] + pop.units[ix] * price
         tick_pnl = np.where(first, 0.0, value - pop.last_value[ix])
         # affect lives in simulated time: dt since this Golem's last awake tick (a dream in between included)
         dt_s = np.maximum(np.where(first, pop.interval_s[ix], (obs.now_ms - pop.last_ms[ix]) / 1000.0), 1e-3)
+        vol_ratio = self._volatility(ix, obs, asset, price, np.log(price / lp), dt_s, first)
+        regime = np.full(ix.size, obs.regime, dtype=np.int64)
+        last_regime = pop.last_regime[ix]
+        regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
+        new_regime = regime_shift & (pop.tick[ix] - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
+        sev = obs.probe_sev.astype(np.int64)
+        pop.danger_ms[ix] = np.where(sev >= 3, obs.now_ms, pop.danger_ms[ix])
+        danger = (sev >= 3) | (obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0)
+        self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
+        sgn = np.sign(ret).astype(np.int64)
+        stim, truth = self._stimulus(ix, obs, price, value, tick_pnl, dt_s, vol_ratio, sev, regime_shift, sgn, first)
+        stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
+        pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
+        pop.pad[ix] = pad
+        mood = appraisal.mood_update(pop.mood[ix], pad, pop.baseline[ix], dt_s, ap.mood_half_life_s)
+        pop.mood[ix] = mood
+        label, recent_losses = self._label(ix, pad, tick_pnl, sev)
+        pattern, strength, valence, neg_marker, pos_marker = self._marker(ix, regime, sgn, sev)
+        fired = reflex.lane(self, ix, obs, self._out)
+        tier = np.where((sev >= 2) | neg_marker, 1, 0)
+        tier = np.where(sev >= 3, 2, tier)
+        tier = np.where(pos_marker & (sev < 2), 0, tier)
+        p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
+        return Sensed(asset=asset, price=price, ret=ret, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
+                      regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, danger=danger, pad=pad,
+                      mood=mood, truth=truth, label=label,
+                      emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
+                      intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses, pattern=pattern,
+                      neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=valence, marker_strength=strength,
+                      tier=tier, first=first, reflex=fired)
+
+    def _volatility(self, ix: np.ndarray, obs: Observation, asset: np.ndarray, price: np.ndarray, lr: np.ndarray,
+                    dt_s: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """Record the tick in the Golem's price history; return the realised volatility over the last
+        vol_window_s (at least vol_min_returns returns), per sqrt(second), against the asset's
+        normal. A Golem's first tick has seen no return and takes the normal."""
+        pop, ap = self.pop, self.cfg.appraisal
         t = pop.tick[ix]
-        pop.price_hist[ix, t % HIST] = price
-        # realised volatility over the last vol_window_s (at least vol_min_returns returns), per sqrt(second),
-        # against the asset's normal; a Golem's first tick has seen no return and takes the normal
         slot = t % HIST
+        pop.price_hist[ix, slot] = price
         pop.r2_hist[ix, slot] = np.where(first, 0.0, lr * lr)
         pop.dt_hist[ix, slot] = np.where(first, 0.0, dt_s)
         pop.t_hist[ix, slot] = obs.now_ms
@@ -280,36 +317,57 @@ class Mind:
         seen = (pop.dt_hist[ix] * recent).sum(axis=1)
         var = np.where(seen > 0, (pop.r2_hist[ix] * recent).sum(axis=1) / np.maximum(seen, 1e-12),
                        obs.ref_rate[asset] ** 2)
-        vol_ratio = np.sqrt(var) / obs.ref_rate[asset]
-        regime = np.full(ix.size, obs.regime, dtype=np.int64)
-        last_regime = pop.last_regime[ix]
-        regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
-        new_regime = regime_shift & (t - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
-        sev = obs.probe_sev.astype(np.int64)
-        pop.danger_ms[ix] = np.where(sev >= 3, obs.now_ms, pop.danger_ms[ix])
-        danger = (sev >= 3) | (obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0)
-        self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
-        # prediction of the last decision against what happened
-        sgn = np.sign(ret).astype(np.int64)
+        return np.sqrt(var) / obs.ref_rate[asset]
+
+    def _stimulus(self, ix: np.ndarray, obs: Observation, price: np.ndarray, value: np.ndarray, tick_pnl: np.ndarray,
+                  dt_s: np.ndarray, vol_ratio: np.ndarray, sev: np.ndarray, regime_shift: np.ndarray, sgn: np.ndarray,
+                  first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tick's stimulus (n, 3), before hooks (golem.appraisal.stimulus), and the outcome part
+        of P: the ground truth a harsh self-evaluation is checked against (SPEC §5). The last
+        decision's prediction is checked here, and the entries that drove it validated."""
+        pop, ap = self.pop, self.cfg.appraisal
         es = pop.exp_sign[ix].astype(np.int64)
         prediction = np.where((es == 0) | first | (sgn == 0), 0, np.where(sgn == es, 1, -1))
         self._validate_drivers(ix, sgn)
         # a heuristic is contradicted when memory spoke clearly (|signal| >= 0.5) and the market disagreed
         lm = pop.last_mem[ix]
         contradicted = ((np.abs(lm) >= 0.5) & (sgn != 0) & (np.sign(lm) != sgn)).astype(np.float64)
+        shock = self._shock(ix, obs, price)
+        control, worked = self._control(ix, obs, price, value, dt_s)
+        look = appraisal.outlook(pop, ix, value, obs.now_ms, ap.outlook_window_s)
+        pnl_rate = tick_pnl / np.maximum(value, 1e-9) * (ap.reference_interval_s / dt_s)
+        # what happened since the last look, fading in simulated time: regime shifts and large own
+        # position changes (A), trades that filled or failed (D)
+        pos_change = (np.abs(pop.last_dexp[ix]) >= ap.position_change_min).astype(np.float64)
+        act = pop.last_action[ix]
+        imp_a, pop.imp_a[ix] = appraisal.impulse(pop.imp_a[ix], ap.regime_shift_arousal * regime_shift
+                                                 + ap.position_change_arousal * pos_change, dt_s, ap.impulse_half_life_s)
+        imp_d, pop.imp_d[ix] = appraisal.impulse(pop.imp_d[ix], ap.action_success * (act > 0)
+                                                 - ap.failed_transaction * (act < 0), dt_s, ap.impulse_half_life_s)
+        sp, sa, sd = appraisal.stimulus(ap, pnl_rate=pnl_rate, prediction=prediction, contradicted=contradicted,
+                                        look=look, vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
+                                        control=control, worked=worked, shock=shock)
+        return np.stack([sp, sa, sd], axis=1), np.tanh(appraisal.outcome(ap, pnl_rate, look))
+
+    def _shock(self, ix: np.ndarray, obs: Observation, price: np.ndarray) -> np.ndarray:
+        """A held position hit: an exploit or rug pull on its asset, a liquidation, or a stop
+        breached (price more than stop_loss below its peak over the last stop_window_s, since the
+        position was last changed: a fresh position is not stopped out by the prices before it)."""
+        pop, ap = self.pop, self.cfg.appraisal
         held = pop.units[ix] > 1e-12
         exploit_held = held & obs.seeing(("exploit", "rug_pull"))
         liquidation = held & obs.seeing(("liquidation",))
-        # a stop breached: price more than stop_loss below its peak over the last stop_window_s (since the
-        # position was last changed: a fresh position is not stopped out by the prices before it) while held
         seen_t = pop.t_hist[ix]
         in_window = (seen_t > obs.now_ms - ap.stop_window_s * 1000.0) & (seen_t >= pop.trade_ms[ix, None])
         peak = np.where(in_window & ~np.isnan(pop.price_hist[ix]), pop.price_hist[ix], -np.inf).max(axis=1)
         stop = held & (price < (1.0 - ap.stop_loss) * peak)
-        shock = np.maximum.reduce([stop * ap.stop_breach, exploit_held * ap.exploit_held, liquidation * ap.liquidation])
-        pos_change = (np.abs(pop.last_dexp[ix]) >= ap.position_change_min).astype(np.float64)
-        # control: the held position against its asset's trend (log price minus its EW mean), and how
-        # the last filled trade has worked since (a sale before a fall, a purchase before a rise)
+        return np.maximum.reduce([stop * ap.stop_breach, exploit_held * ap.exploit_held, liquidation * ap.liquidation])
+
+    def _control(self, ix: np.ndarray, obs: Observation, price: np.ndarray, value: np.ndarray,
+                 dt_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Control: the held position against its asset's trend (log price minus its EW mean), and
+        how the last filled trade has worked since (a sale before a fall, a purchase before a rise)."""
+        pop, ap = self.pop, self.cfg.appraisal
         llp = np.log(price)
         rho_c = appraisal.decay(dt_s, ap.control_half_life_s)
         ema = np.where(np.isnan(pop.lp_ema[ix]), llp, rho_c * pop.lp_ema[ix] + (1.0 - rho_c) * llp)
@@ -319,52 +377,33 @@ class Mind:
         since_trade = np.log(price / np.where(traded, pop.trade_price[ix], price))
         worked = np.tanh(ap.k_worked * pop.trade_dexp[ix] * since_trade) * appraisal.decay(
             (obs.now_ms - pop.trade_ms[ix]) / 1000.0, ap.control_half_life_s)
-        look = appraisal.outlook(pop, ix, value, obs.now_ms, ap.outlook_window_s)
-        pnl_rate = tick_pnl / np.maximum(value, 1e-9) * (ap.reference_interval_s / dt_s)
-        # what happened since the last look, fading in simulated time: regime shifts and large own
-        # position changes (A), trades that filled or failed (D)
-        act = pop.last_action[ix]
-        imp_a, pop.imp_a[ix] = appraisal.impulse(pop.imp_a[ix], ap.regime_shift_arousal * regime_shift
-                                                 + ap.position_change_arousal * pos_change, dt_s, ap.impulse_half_life_s)
-        imp_d, pop.imp_d[ix] = appraisal.impulse(pop.imp_d[ix], ap.action_success * (act > 0)
-                                                 - ap.failed_transaction * (act < 0), dt_s, ap.impulse_half_life_s)
-        sp, sa, sd = appraisal.stimulus(ap, pnl_rate=pnl_rate, prediction=prediction, contradicted=contradicted,
-                                        look=look, vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
-                                        control=exposure * (llp - ema), worked=np.where(traded, worked, 0.0), shock=shock)
-        # the outcome part of P, the ground truth a harsh self-evaluation is checked against (SPEC §5)
-        truth = np.tanh(appraisal.outcome(ap, pnl_rate, look))
-        stim = np.stack([sp, sa, sd], axis=1)
-        stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
-        pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
-        pop.pad[ix] = pad
-        mood = appraisal.mood_update(pop.mood[ix], pad, pop.baseline[ix], dt_s, ap.mood_half_life_s)
-        pop.mood[ix] = mood
-        p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
+        return exposure * (llp - ema), np.where(traded, worked, 0.0)
+
+    def _label(self, ix: np.ndarray, pad: np.ndarray, tick_pnl: np.ndarray, sev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The discrete emotion label and the losing ticks in the recurring-loss window; counts the
+        failed attempts (losing ticks in a row) and the ticks of high arousal in a row."""
+        cfg, pop = self.cfg, self.pop
+        a = pad[:, 1]
         loss = tick_pnl < 0
         window = cfg.emotion.recurring_loss_window
         pop.loss_bits[ix] = ((pop.loss_bits[ix] << 1) | loss) & ((1 << window) - 1)
         recent_losses = pop.recent_losses(ix, window)
-        label = appraisal.label_batch(cfg, p, a, recent_losses, pop.failed_attempts[ix], sev >= 3)
+        label = appraisal.label_batch(cfg, pad[:, 0], a, recent_losses, pop.failed_attempts[ix], sev >= 3)
         pop.failed_attempts[ix] = np.where(loss, pop.failed_attempts[ix] + 1, np.where(tick_pnl > 0, 0, pop.failed_attempts[ix]))
         pop.high_a_run[ix] = np.where(a > cfg.flashbulb.arousal, pop.high_a_run[ix] + 1, 0)
-        # somatic marker for the current pattern (SPEC §5 SENSING)
+        return label, recent_losses
+
+    def _marker(self, ix: np.ndarray, regime: np.ndarray, sgn: np.ndarray, sev: np.ndarray):
+        """The somatic marker of the tick's pattern (regime, move sign, probe severity; SPEC §5
+        SENSING): (pattern, strength, valence, strong and negative, strong and positive with a
+        cached target)."""
+        pop, sm = self.pop, self.cfg.somatic
         pattern = (np.minimum(regime, 15) * 3 + (sgn + 1)) * 4 + sev
-        scnt = pop.som_cnt[ix, pattern]
-        sval = pop.som_sum[ix, pattern]          # exponentially weighted valence of the pattern's episodes
-        sm = cfg.somatic
-        neg_marker = (scnt > sm.min_strength) & (sval < sm.negative_valence)
-        pos_marker = (scnt > sm.min_strength) & (sval > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
-        fired = reflex.lane(self, ix, obs, self._out)
-        tier = np.where((sev >= 2) | neg_marker, 1, 0)
-        tier = np.where(sev >= 3, 2, tier)
-        tier = np.where(pos_marker & (sev < 2), 0, tier)
-        return Sensed(asset=asset, price=price, ret=ret, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
-                      regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, danger=danger, pad=pad,
-                      mood=mood, truth=truth, label=label,
-                      emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
-                      intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses, pattern=pattern,
-                      neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=sval, marker_strength=scnt,
-                      tier=tier, first=first, reflex=fired)
+        strength = pop.som_cnt[ix, pattern]
+        valence = pop.som_sum[ix, pattern]          # exponentially weighted valence of the pattern's episodes
+        neg = (strength > sm.min_strength) & (valence < sm.negative_valence)
+        pos = (strength > sm.min_strength) & (valence > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
+        return pattern, strength, valence, neg, pos
 
     def _validate_drivers(self, ix: np.ndarray, sgn: np.ndarray) -> None:
         """Confidence propagation (SPEC §3.4) for the entries that drove the last decision:
@@ -376,33 +415,67 @@ class Mind:
 
     # ------------------------------------------------------------------ DECIDING
     def decide(self, ix: np.ndarray, obs: Observation, s: Sensed, out: TickOutput) -> Decided:
+        """Recall and choose (SPEC §4, §5 DECIDING): the context query, mood-congruent retrieval,
+        anti-rumination, reactivation, the memory signal, the strategy's target exposure and the
+        tier; the retrieval row goes to `out`."""
         cfg, pop, gr = self.cfg, self.pop, self.gr
+        query = self._query(obs, s)
+        topics = self.context_topics(ix, obs, s)
+        res = self._recall(ix, obs, s, query)
+        fired, safe, nserved = self._anti_rumination(ix, obs, s, query, res, out)
+        # touch and acted-on counts of the served entries (they drive this decision), and their
+        # columns: sc[name] = c[name][safe] after that
+        sc = rt.recall(gr, res.slots, res.shadow, obs.now_ms)
+        reflex.record_acts(gr, res.slots, obs.now_ms)
+        # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
+        react = reactivate(gr, res.slots, res.tagged, res.factors[:, :, 0], sc["topic"], topics, obs.now_ms,
+                           cfg.decay.reactivation_cosine)
+        mem, mem_without, pending = self._memory_signal(ix, s, res, sc)
+        target, changed = self._target(ix, obs, s, res, sc, mem, mem_without, pending)
+        contra_ids = self._contrarian_weighed(ix, pending)
+        # novel: nothing in memory resembles the situation (the pool's best semantic match, SPEC §5)
+        novelty = res.pool[:, kernels.POOL_BEST_SEMANTIC] < cfg.escalation.novelty_threshold
+        tier = np.maximum(s.tier, np.where(novelty & ~s.pos_marker, 1, 0))
+        out.retrievals = self._retrieval_row(ix, obs, s, res, sc, safe, nserved, fired, react, mem, changed, contra_ids)
+        return Decided(query=query, target=target, mem=mem, tier=tier, nserved=nserved, novelty=novelty)
+
+    def _query(self, obs: Observation, s: Sensed) -> np.ndarray:
+        """The context embedding: asset, regime, move and volatility, plus a token for each kind of
+        event the Golem sees (in sorted order)."""
         base = self.lex.contexts(list(self.assets), s.asset, list(self.regime_names), s.regime, s.ret, s.vol_ratio)
-        for kind in sorted({k for k, _, _ in obs.events}):   # each Golem adds its kinds' tokens in sorted order
+        for kind in sorted({k for k, _, _ in obs.events}):
             rows = obs.seeing((kind,))
             base[rows] = self.lex.with_tokens(base[rows], [f"event:{kind}"], 1.5)
-        query = normalise(base)
-        topics = self.context_topics(ix, obs, s)
+        return normalise(base)
+
+    def _recall(self, ix: np.ndarray, obs: Observation, s: Sensed, query: np.ndarray) -> rt.RetrievalResult:
+        """One batched retrieval for the cohort, by retrieval.mode and retrieval.profile: HDC
+        fingerprints, the six-factor profile, or mood-congruent recall (SPEC §4.1)."""
+        cfg, gr = self.cfg, self.gr
         if cfg.retrieval.mode == "somatic_hdc":
             mood = s.mood
-            fps = self.fingerprints(mood[:, 0], mood[:, 1], mood[:, 2], s.emotion, s.intensity,
-                                    s.regime, s.asset)
-            res = rt.retrieve_somatic_hdc(gr, ix, query, s.mood, obs.now_ms, self.prm, fps)
-        elif cfg.retrieval.profile == "six_factor":
+            fps = self.fingerprints(mood[:, 0], mood[:, 1], mood[:, 2], s.emotion, s.intensity, s.regime, s.asset)
+            return rt.retrieve_somatic_hdc(gr, ix, query, s.mood, obs.now_ms, self.prm, fps)
+        if cfg.retrieval.profile == "six_factor":
             ev_topics = [{topic_code(f"{self.assets[a]}/{k}") for (k, _, _), seen in zip(obs.events, row) if seen}
                          for a, row in zip(s.asset, obs.sees)]
-            res = rt.retrieve_six(gr, ix, query, s.mood, obs.now_ms, self.prm, rt.six_factor_weights(cfg),
-                                  s.asset, obs.regime, ev_topics)
-        else:
-            res = rt.retrieve(gr, ix, query, s.mood, obs.now_ms, self.prm)   # mood-congruent recall (SPEC §4.1)
-        slots, scores = res.slots, res.scores
-        c = gr.cols
+            return rt.retrieve_six(gr, ix, query, s.mood, obs.now_ms, self.prm, rt.six_factor_weights(cfg),
+                                   s.asset, obs.regime, ev_topics)
+        return rt.retrieve(gr, ix, query, s.mood, obs.now_ms, self.prm)
+
+    def _anti_rumination(self, ix: np.ndarray, obs: Observation, s: Sensed, query: np.ndarray, res: rt.RetrievalResult,
+                         out: TickOutput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Anti-rumination (SPEC §4.3): when the last retrievals were each mostly negative, a served
+        entry is replaced by a non-negative one from the pool (in `res`, in place; one event each);
+        this retrieval's negative share joins the window. Returns (which Golems it fired for, the
+        served slots with 0 where none, entries served per Golem)."""
+        cfg, pop, c = self.cfg, self.pop, self.gr.cols
+        slots = res.slots
         served = slots >= 0
         safe = np.where(served, slots, 0)
         tagged, val = res.tagged, res.valence   # = served & has_tag[safe], where(tagged, p[safe], 0)
-        # anti-rumination (SPEC §4.3): the last 3 retrievals each > 80 % negative
         guard = (pop.neg_share[ix] > cfg.retrieval.rumination_negative_share).all(axis=1)
-        rows, pos = rt.anti_rumination(slots, scores, val, res.pool, guard)
+        rows, pos = rt.anti_rumination(slots, res.scores, val, res.pool, guard)
         fired = np.zeros(ix.size, dtype=bool)
         fired[rows] = True
         if rows.size:
@@ -410,49 +483,55 @@ class Mind:
             safe[rows, pos] = new
             tagged[rows, pos] = c["has_tag"][new]
             val[rows, pos] = np.where(tagged[rows, pos], c["p"][new], 0.0)
-            res.factors[rows, pos] = rt.served_factors(gr, new, query[rows], s.mood[rows], obs.now_ms, self.prm)
+            res.factors[rows, pos] = rt.served_factors(self.gr, new, query[rows], s.mood[rows], obs.now_ms, self.prm)
             out.events.append(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
                                            values=pop.neg_share[ix[rows]].mean(axis=1)))
         nserved = served.sum(axis=1)
         share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
         pop.neg_share[ix] = np.concatenate([pop.neg_share[ix][:, 1:], share[:, None]], axis=1)
-        # touch and acted-on counts of the served entries (they drive this decision), and their
-        # columns: sc[name] = c[name][safe] after that
-        sc = rt.recall(gr, slots, res.shadow, obs.now_ms)
-        reflex.record_acts(gr, slots, obs.now_ms)
-        # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
-        react = reactivate(gr, slots, tagged, res.factors[:, :, 0], sc["topic"], topics, obs.now_ms,
-                           cfg.decay.reactivation_cosine)
-        # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
-        has_out = served & sc["has_outcome"]
-        conf = sc["confidence"]
-        wts = np.where(has_out, np.maximum(scores, 0.0) * conf, 0.0)
+        return fired, safe, nserved
+
+    def _memory_signal(self, ix: np.ndarray, s: Sensed, res: rt.RetrievalResult,
+                       sc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Memory-based reasoning: what similar past contexts led to, weighted by score x
+        confidence; the reflexes that fired in SENSING join at full weight, and the overlooked
+        section of the last contrarian pass is weighed explicitly. The entries with an outcome are
+        remembered as this decision's drivers. Returns (the memory signal, the signal without the
+        contrarian section, which Golems had one pending)."""
+        pop, c = self.pop, self.gr.cols
+        slots, scores = res.slots, res.scores
+        has_out = (slots >= 0) & sc["has_outcome"]
+        wts = np.where(has_out, np.maximum(scores, 0.0) * sc["confidence"], 0.0)
         outc = np.where(has_out, sc["outcome"], 0.0)
         wsum = wts.sum(axis=1)
         mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
-        # reflexes that fired in SENSING join the evidence at full weight
         for i, rs in s.reflex.items():
             for slot in rs:
                 o = float(c["outcome"][slot]) if c["has_outcome"][slot] else float(np.sign(c["p"][slot]))
                 wsum[i] += 1.0
                 mem[i] = (mem[i] * (wsum[i] - 1.0) + o) / wsum[i]
-        # the potentially overlooked section from the last contrarian pass must be weighed explicitly
         pending = (pop.contrarian_pending[ix] >= 0).any(axis=1)
         mem_without = mem.copy()
         if pending.any():
             w_x, o_x = contrarian.weigh(self, ix, slots, scores)
             tot = wsum + w_x.sum(axis=1)
             mem = np.where(pending & (tot > 0), (mem * wsum + (w_x * o_x).sum(axis=1)) / np.maximum(tot, 1e-12), mem)
-        drove = np.where(has_out, slots, -1)
-        pop.drove[ix] = drove
+        pop.drove[ix] = np.where(has_out, slots, -1)
         pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
-        # the strategy (golem.strategies): each Golem's plug-in reads a read-only view of the cohort
-        # and its recall, and returns target exposures; the mind's own rules follow
-        dc = cfg.decision
+        return mem, mem_without, pending
+
+    def _target(self, ix: np.ndarray, obs: Observation, s: Sensed, res: rt.RetrievalResult, sc: dict, mem: np.ndarray,
+                mem_without: np.ndarray, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The target exposure: each Golem's strategy plug-in (golem.strategies) reads a read-only
+        view of the cohort and its recall; the mind's own rules follow (a strong positive marker's
+        cached target, the danger exit, fear, the life phase). Returns (the target, whether the
+        contrarian section changed the trade decision)."""
+        pop, dc = self.pop, self.cfg.decision
+        served, scores = res.slots >= 0, res.scores
         view = CohortView(self, ix, obs, memory=dict(
             memory_signal=mem, served_ids=lambda: np.where(served, sc["id"], -1),
             served_scores=lambda: np.where(served, scores, np.nan),
-            served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=val,
+            served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=res.valence,
             served_outcome=lambda: np.where(served & sc["has_outcome"], sc["outcome"], np.nan),
             served_confidence=lambda: np.where(served, sc["confidence"], np.nan)))
         strat = pop.strategy[ix]
@@ -468,33 +547,44 @@ class Mind:
         target = choose(mem)
         exposure_now = np.where(s.value > 0, pop.units[ix] * s.price / np.maximum(s.value, 1e-12), 0.0)
         trade_with = (np.abs(target - exposure_now) >= dc.min_trade) | ((target <= 1e-9) & (exposure_now > 1e-3))
-        if pending.any():
-            alt = choose(mem_without)
-            trade_without = (np.abs(alt - exposure_now) >= dc.min_trade) | ((alt <= 1e-9) & (exposure_now > 1e-3))
-            changed = pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
-        else:
-            changed = np.zeros(ix.size, dtype=bool)
-        contra_ids = None   # no Golem weighed an overlooked section (lists only when one did)
+        if not pending.any():
+            return target, np.zeros(ix.size, dtype=bool)
+        alt = choose(mem_without)
+        trade_without = (np.abs(alt - exposure_now) >= dc.min_trade) | ((alt <= 1e-9) & (exposure_now > 1e-3))
+        return target, pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
+
+    def _contrarian_weighed(self, ix: np.ndarray, pending: np.ndarray) -> list | None:
+        """The ids of each Golem's overlooked section, now weighed and cleared (None when no Golem
+        had one: lists only when one did)."""
+        pop, c = self.pop, self.gr.cols
+        contra_ids = None
         if pending.any():
             contra_ids = [[] for _ in range(ix.size)]
             for i in np.flatnonzero(pending):
                 p = pop.contrarian_pending[ix[i]]
                 contra_ids[i] = c["id"][p[p >= 0]].tolist()
         pop.contrarian_pending[ix[pending]] = -1
-        # novel: nothing in memory resembles the situation (the pool's best semantic match, SPEC §5)
-        novelty = res.pool[:, kernels.POOL_BEST_SEMANTIC] < cfg.escalation.novelty_threshold
-        tier = np.maximum(s.tier, np.where(novelty & ~s.pos_marker, 1, 0))
-        low_conf = served & (conf < cfg.confidence.low_flag) & (sc["access_count"] >= cfg.confidence.low_flag_accesses)
+        return contra_ids
+
+    def _retrieval_row(self, ix: np.ndarray, obs: Observation, s: Sensed, res: rt.RetrievalResult, sc: dict,
+                       safe: np.ndarray, nserved: np.ndarray, fired: np.ndarray, react: np.ndarray, mem: np.ndarray,
+                       changed: np.ndarray, contra_ids: list | None) -> dict:
+        """The cohort's `retrievals` rows: what was served and why, against the pool it came from."""
+        cfg, pop = self.cfg, self.pop
+        slots, scores, val = res.slots, res.scores, res.valence
+        served = slots >= 0
+        low_conf = served & (sc["confidence"] < cfg.confidence.low_flag) & (
+            sc["access_count"] >= cfg.confidence.low_flag_accesses)
         ids = sc["id"]
         if cfg.retrieval.mode == "somatic_hdc":
             # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
             cu = s.mood / np.maximum(np.linalg.norm(s.mood, axis=1, keepdims=True), 1e-8)
-            u = gr.unit_pad(safe)
+            u = self.gr.unit_pad(safe)
             pc = (u[..., 0] * cu[:, :1] + u[..., 1] * cu[:, 1:2] + u[..., 2] * cu[:, 2:3] + 1.0) / 2.0
             served_emo = np.where(served, pc, 0.0)
         else:
             served_emo = np.where(served, res.factors[:, :, 3], 0.0)
-        out.retrievals = dict(
+        return dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
             query_p=s.mood[:, 0].copy(), query_a=s.mood[:, 1].copy(), query_d=s.mood[:, 2].copy(),
             slots=slots, ids=np.where(served, ids, -1), scores=np.where(served, scores, np.nan),
@@ -507,7 +597,6 @@ class Mind:
             valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, ids, -1),
             reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s.pos_marker.copy(),
             contrarian_ids=contra_ids, contrarian_changed=changed)
-        return Decided(query=query, target=target, mem=mem, tier=tier, nserved=nserved, novelty=novelty)
 
     def context_topics(self, ix: np.ndarray, obs: Observation, s: Sensed) -> np.ndarray:
         """The topics of each Golem's current context, (Golems x topics) codes, -1 where none: what
