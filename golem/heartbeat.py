@@ -1,7 +1,8 @@
 """The heartbeat FSM (SPEC §5): one tick for a cohort of Golems, one function per state.
 
-SENSING -> DECIDING -> ACTING -> REFLECTING, each vectorised over the cohort; retrieval is one
-batched kernel call. The world hands in an `Observation` and gets rows out (`TickOutput`); no
+SENSING -> DECIDING -> ACTING -> REFLECTING, each vectorised over the cohort and each handing the
+next a frozen record of per-Golem arrays (`Sensed`, `Decided`, `Acted`, `Reflected`); retrieval is
+one batched kernel call. The world hands in an `Observation` and gets rows out (`TickOutput`); no
 SimPy, no files. Terminal Golems pass through TERMINAL and are DEAD afterwards.
 """
 from __future__ import annotations
