@@ -56,6 +56,17 @@ def test_sim_modules_import_one_another_without_cycles():
         visit(m, [])
 
 
+def test_the_world_builds_no_table():
+    """The world emits what happened; sim.recording alone turns it into Arrow columns."""
+    imported = set()
+    for node in ast.walk(ast.parse((ROOT / "sim" / "world.py").read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert "pyarrow" not in imported
+
+
 def test_every_scenario_validates():
     from sim.run import prepare
     for f in sorted(SCENARIOS.glob("*.yaml")):
