@@ -52,7 +52,7 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     delivery in delivery order (the recorder formats the payload); the `entries` rows of the
     stored copies go to `mind.pending_entries`.
     """
-    gr, pop, cfg = mind.gr, mind.pop, mind.cfg
+    pop = mind.pop
     if not parcels:
         return 0, []
     groups: dict[int, list[int]] = {}
@@ -61,37 +61,64 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     staged: list = [None] * len(parcels)
     slots_of: list = [None] * len(parcels)       # per parcel: the slot of each delivery (-1 refused)
     for members in groups.values():
-        part = []
-        for i in members:
-            sender, entry, alert_type, recv, latency_ms = parcels[i]
-            tag = np.array([entry["p"], entry["a"], entry["d"]]) if entry["has_tag"] else np.zeros(3)
-            before = pop.pad[recv]                      # fancy indexing: a copy
-            after = before.copy()
-            after[:, :2] = np.clip(before[:, :2] + tag[:2] * attenuation, -1.0, 1.0)   # D is sovereign
-            pop.pad[recv] = after
-            conf = gm.initial_confidence_batch(cfg.confidence.inherited, before[:, 1], cfg.arousal.encoding_peak,
-                                               cfg.arousal.encoding_width)
-            part.append((sender, entry, alert_type, recv, latency_ms, tag, before, after, conf))
-        n = [len(x[3]) for x in part]
-        at = np.repeat(np.arange(len(part)), n)      # the parcel (within this Clade) of each delivery
-        sender_all = np.array([x[0] for x in part], dtype=np.int64)[at]
-        conf_all = np.concatenate([x[8] for x in part])
-        per_parcel = {k: np.array([x[1][k] for x in part]) for k in FIELDS if k != "id"}
-        # normalised and quantised once per pushed entry, not once per copy (row-wise: the same codes)
-        codes = gm.quantise(normalise(np.stack([x[1]["emb"] for x in part])), gr.codes.shape[1])
-
-        def copy_rows(idx, at=at, sender_all=sender_all, conf_all=conf_all, per_parcel=per_parcel, codes=codes):
-            """Codes and column values of the copies at this Clade's delivery rows idx."""
-            values = {k: v[at[idx]] for k, v in per_parcel.items()}
-            values.update(created_ms=now_ms, last_access_ms=now_ms, provenance=sender_all[idx], curator_weight=1.0,
-                          confidence=conf_all[idx])
-            return codes[at[idx]], values
-
-        slots = gr.insert_pieces(np.concatenate([x[3] for x in part]), copy_rows, number=False)[0]
-        for i, x, piece in zip(members, part, np.split(slots, np.cumsum(n)[:-1])):
+        part = [_contagion(mind, parcels[i], attenuation) for i in members]
+        for i, x, piece in zip(members, part, _store_copies(mind, part, now_ms)):
             slots_of[i] = piece
             staged[i] = x if rows else None
-    # ids in delivery order over all Clades, as one insert numbers them
+    ids_of = _number(mind.gr, slots_of)
+    total = sum(len(p[3]) for p in parcels)
+    if not rows:
+        return total, None
+    at = np.repeat(np.arange(len(staged)), [len(x[3]) for x in staged])      # the parcel of each delivery
+    slots, ids = np.concatenate(slots_of), np.concatenate(ids_of)
+    stored = slots >= 0
+    if stored.any():
+        mind.pending_entries.append(_copy_rows(mind, staged, at, slots, ids, now_ms))
+    return at.size, _contagion_columns(mind, staged, at, ids, stored, now_ms)
+
+
+def _contagion(mind, parcel: tuple, attenuation: float) -> tuple:
+    """One parcel's contagion: the receivers' P and A move by the sender's tag x attenuation (D is
+    sovereign); the copy's confidence is the inherited source's at each receiver's arousal before.
+    Returns the parcel staged: (sender, entry, alert_type, receivers, latency_ms, tag, pad before,
+    pad after, confidence)."""
+    pop, cfg = mind.pop, mind.cfg
+    sender, entry, alert_type, recv, latency_ms = parcel
+    tag = np.array([entry["p"], entry["a"], entry["d"]]) if entry["has_tag"] else np.zeros(3)
+    before = pop.pad[recv]                      # fancy indexing: a copy
+    after = before.copy()
+    after[:, :2] = np.clip(before[:, :2] + tag[:2] * attenuation, -1.0, 1.0)   # D is sovereign
+    pop.pad[recv] = after
+    conf = gm.initial_confidence_batch(cfg.confidence.inherited, before[:, 1], cfg.arousal.encoding_peak,
+                                       cfg.arousal.encoding_width)
+    return sender, entry, alert_type, recv, latency_ms, tag, before, after, conf
+
+
+def _store_copies(mind, part: list, now_ms: int) -> list[np.ndarray]:
+    """Insert one Clade's copies (its staged parcels, in delivery order) into the receivers'
+    Grimoires, unnumbered; returns each parcel's slots (-1 refused)."""
+    gr = mind.gr
+    n = [len(x[3]) for x in part]
+    at = np.repeat(np.arange(len(part)), n)      # the parcel (within this Clade) of each delivery
+    sender_all = np.array([x[0] for x in part], dtype=np.int64)[at]
+    conf_all = np.concatenate([x[8] for x in part])
+    per_parcel = {k: np.array([x[1][k] for x in part]) for k in FIELDS if k != "id"}
+    # normalised and quantised once per pushed entry, not once per copy (row-wise: the same codes)
+    codes = gm.quantise(normalise(np.stack([x[1]["emb"] for x in part])), gr.codes.shape[1])
+
+    def copy_rows(idx):
+        """Codes and column values of the copies at this Clade's delivery rows idx."""
+        values = {k: v[at[idx]] for k, v in per_parcel.items()}
+        values.update(created_ms=now_ms, last_access_ms=now_ms, provenance=sender_all[idx], curator_weight=1.0,
+                      confidence=conf_all[idx])
+        return codes[at[idx]], values
+
+    slots = gr.insert_pieces(np.concatenate([x[3] for x in part]), copy_rows, number=False)[0]
+    return np.split(slots, np.cumsum(n)[:-1])
+
+
+def _number(gr: gm.Grimoire, slots_of: list) -> list[np.ndarray]:
+    """Ids for the stored copies in delivery order over all Clades, as one insert numbers them."""
     ids_of = []
     for piece in slots_of:
         ok = piece >= 0
@@ -100,32 +127,38 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
         gr.next_id += int(ok.sum())
         gr.cols["id"][piece[ok]] = ids[ok]
         ids_of.append(ids)
-    total = sum(len(p[3]) for p in parcels)
-    if not rows:
-        return total, None
-    n = [len(x[3]) for x in staged]
-    at = np.repeat(np.arange(len(staged)), n)      # the parcel of each delivery
+    return ids_of
+
+
+def _copy_rows(mind, staged: list, at: np.ndarray, slots: np.ndarray, ids: np.ndarray, now_ms: int) -> dict:
+    """The `entries` rows of the stored copies (deliveries `at` of the staged parcels)."""
+    pop = mind.pop
     recv_all = np.concatenate([x[3] for x in staged])
     sender_all = np.array([x[0] for x in staged], dtype=np.int64)[at]
-    slots, ids = np.concatenate(slots_of), np.concatenate(ids_of)
     stored = slots >= 0
-    if stored.any():
-        k = int(stored.sum())
-        copies = {k_: np.array([x[1][k_] for x in staged])[at][stored] for k_ in FIELDS if k_ != "id"}
-        copies.update(created_ms=np.full(k, now_ms), last_access_ms=np.full(k, now_ms), provenance=sender_all[stored],
-                      curator_weight=np.ones(k), confidence=np.concatenate([x[8] for x in staged])[stored])
-        topics = np.repeat(np.array([mind.topic_name(int(x[1]["topic"])) for x in staged], dtype=object), n)
-        copies.update(id=ids[stored], slot=slots[stored], golem=recv_all[stored], clade=pop.clade[recv_all[stored]],
-                      topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
-                      event_kind=np.full(k, "", dtype=object))
-        mind.pending_entries.append(copies)
+    k = int(stored.sum())
+    copies = {k_: np.array([x[1][k_] for x in staged])[at][stored] for k_ in FIELDS if k_ != "id"}
+    copies.update(created_ms=np.full(k, now_ms), last_access_ms=np.full(k, now_ms), provenance=sender_all[stored],
+                  curator_weight=np.ones(k), confidence=np.concatenate([x[8] for x in staged])[stored])
+    topics = np.repeat(np.array([mind.topic_name(int(x[1]["topic"])) for x in staged], dtype=object),
+                       [len(x[3]) for x in staged])
+    copies.update(id=ids[stored], slot=slots[stored], golem=recv_all[stored], clade=pop.clade[recv_all[stored]],
+                  topic_name=topics[stored], ttl_days=np.full(k, np.nan), tick=pop.tick[recv_all[stored]],
+                  event_kind=np.full(k, "", dtype=object))
+    return copies
+
+
+def _contagion_columns(mind, staged: list, at: np.ndarray, ids: np.ndarray, stored: np.ndarray, now_ms: int) -> dict:
+    """The deliveries' `contagion` events as columns, one row per delivery in delivery order."""
+    pop = mind.pop
+    recv_all = np.concatenate([x[3] for x in staged])
     kinds = [(alert_type, signal_type(alert_type, gm.CATEGORIES[int(entry["category"])], float(tag[0])))
              for _, entry, alert_type, _, _, tag, *_ in staged]
     before = np.concatenate([s[6] for s in staged])
     after = np.concatenate([s[7] for s in staged])
-    return recv_all.size, dict(
+    return dict(
         time_ms=now_ms, golem_id=recv_all, clade_id=pop.clade[recv_all], tick=pop.tick[recv_all], entry_id=ids,
-        other_golem=sender_all, value=after[:, 1] - before[:, 1],
+        other_golem=np.array([x[0] for x in staged], dtype=np.int64)[at], value=after[:, 1] - before[:, 1],
         # the payload's fields, one row per delivery (the recorder writes them as JSON); alert type
         # and signal once per parcel, with each delivery's parcel
         alert_type=[k[0] for k in kinds], signal=[k[1] for k in kinds], parcel=at,

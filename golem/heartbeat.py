@@ -1,7 +1,8 @@
 """The heartbeat FSM (SPEC §5): one tick for a cohort of Golems, one function per state.
 
-SENSING -> DECIDING -> ACTING -> REFLECTING, each vectorised over the cohort; retrieval is one
-batched kernel call. The world hands in an `Observation` and gets rows out (`TickOutput`); no
+SENSING -> DECIDING -> ACTING -> REFLECTING, each vectorised over the cohort and each handing the
+next a frozen record of per-Golem arrays (`Sensed`, `Decided`, `Acted`, `Reflected`); retrieval is
+one batched kernel call. The world hands in an `Observation` and gets rows out (`TickOutput`); no
 SimPy, no files. Terminal Golems pass through TERMINAL and are DEAD afterwards.
 """
 from __future__ import annotations
@@ -99,6 +100,108 @@ class TickOutput:
     pushes: list[dict] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Sensed:
+    """What SENSING hands on: the tick's appraisal, one value (or row) per cohort Golem."""
+    asset: np.ndarray
+    """asset index the Golem trades (int64)"""
+    price: np.ndarray
+    """its asset's close now"""
+    ret: np.ndarray
+    """the price's return since the Golem's last awake tick (0 on its first)"""
+    value: np.ndarray
+    """book value (cash + units x price) before this tick's trade"""
+    tick_pnl: np.ndarray
+    """the book's change since the last awake tick (0 on the first)"""
+    vol_ratio: np.ndarray
+    """realised volatility over the window against the asset's normal"""
+    regime: np.ndarray
+    """the market regime now (int64, one per Golem)"""
+    regime_shift: np.ndarray
+    """the regime differs from the one the Golem last saw"""
+    new_regime: np.ndarray
+    """a shift into a regime not seen for flashbulb.regime_lookback_ticks"""
+    sev: np.ndarray
+    """probe severity 0..3 (int64)"""
+    danger: np.ndarray
+    """a high probe now or within decision.danger_cooloff_s: stay out"""
+    pad: np.ndarray
+    """(n, 3) the emotion after this tick's stimulus: the tag of what is written"""
+    mood: np.ndarray
+    """(n, 3) the mood after this tick: recall's query and reflection's emotional load"""
+    truth: np.ndarray
+    """the outcome part of P, the ground truth a harsh self-evaluation is checked against"""
+    label: np.ndarray
+    """discrete emotion label code (golem.grimoire.LABELS)"""
+    emotion: np.ndarray
+    """emotion code of the PAD octant (golem.pad.EMOTION_CODES)"""
+    intensity: np.ndarray
+    """the emotion's intensity"""
+    recent_losses: np.ndarray
+    """losing ticks in the last emotion.recurring_loss_window"""
+    pattern: np.ndarray
+    """the somatic marker's pattern code (regime, move sign, probe severity)"""
+    neg_marker: np.ndarray
+    """the pattern's marker is strong and negative (escalates to T1)"""
+    pos_marker: np.ndarray
+    """the pattern's marker is strong and positive (its cached target is served)"""
+    marker_valence: np.ndarray
+    """the pattern's marker valence (EW mean pleasure of its episodes)"""
+    marker_strength: np.ndarray
+    """episodes the pattern's marker has learned from"""
+    tier: np.ndarray
+    """inference tier from probe and marker (0 T0, 1 T1, 2 T2), before novelty"""
+    first: np.ndarray
+    """the Golem's first awake tick: no return or episode behind it yet"""
+    reflex: dict
+    """cohort row -> slots of the reflexes that fired in this tick's reflex lane"""
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What DECIDING hands on (the retrieval row itself goes to `TickOutput.retrievals`)."""
+    query: np.ndarray
+    """(n, dim) the context embedding recalled with; the next tick files its episode under it"""
+    target: np.ndarray
+    """target exposure chosen"""
+    mem: np.ndarray
+    """memory signal: outcome of similar past contexts, weighted by score x confidence"""
+    tier: np.ndarray
+    """inference tier with novelty included"""
+    nserved: np.ndarray
+    """entries served by recall"""
+    novelty: np.ndarray
+    """nothing in memory resembles the situation"""
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What ACTING hands on: the trade and the book after it."""
+    exposure_before: np.ndarray
+    """the exposure the Golem came to (before its trade)"""
+    dexp: np.ndarray
+    """exposure change asked for (target - exposure_before)"""
+    traded: np.ndarray
+    """a trade filled"""
+    failed: np.ndarray
+    """a trade was attempted and failed"""
+    value_after: np.ndarray
+    """book value after the trade and its costs"""
+    exposure_after: np.ndarray
+    """exposure after the trade"""
+
+
+@dataclass(frozen=True)
+class Reflected:
+    """What REFLECTING hands on to the heartbeat row."""
+    n_written: np.ndarray
+    """entries the writer stored for the Golem this tick"""
+    tier: np.ndarray
+    """inference tier paid, a flashbulb's forced T2 included"""
+    flashbulb: np.ndarray
+    """a flashbulb fired"""
+
+
 class Mind:
     """The population's cognition: config, state arrays, Grimoire and the per-state functions."""
 
@@ -151,7 +254,10 @@ class Mind:
         self.topics: dict[int, str] = {}   # topic code -> name, for lessons and reports
 
     # ------------------------------------------------------------------ SENSING
-    def sense(self, ix: np.ndarray, obs: Observation) -> dict:
+    def sense(self, ix: np.ndarray, obs: Observation) -> Sensed:
+        """Appraise the tick (SPEC §5 SENSING): the move, its volatility, the events and the Golem's
+        own trades make a stimulus; the emotion (PAD) and the mood follow it; then the label, the
+        somatic marker of the tick's pattern, the reflex lane and the inference tier."""
         cfg, pop = self.cfg, self.pop
         ap = cfg.appraisal
         asset = pop.asset[ix].astype(np.int64)
@@ -159,16 +265,50 @@ class Mind:
         first = np.isnan(pop.last_price[ix])
         lp = np.where(first, price, pop.last_price[ix])
         ret = price / lp - 1.0
-        lr = np.log(price / lp)
         value = pop.cash[ix] + pop.units[ix] * price
         tick_pnl = np.where(first, 0.0, value - pop.last_value[ix])
         # affect lives in simulated time: dt since this Golem's last awake tick (a dream in between included)
         dt_s = np.maximum(np.where(first, pop.interval_s[ix], (obs.now_ms - pop.last_ms[ix]) / 1000.0), 1e-3)
+        vol_ratio = self._volatility(ix, obs, asset, price, np.log(price / lp), dt_s, first)
+        regime = np.full(ix.size, obs.regime, dtype=np.int64)
+        last_regime = pop.last_regime[ix]
+        regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
+        new_regime = regime_shift & (pop.tick[ix] - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
+        sev = obs.probe_sev.astype(np.int64)
+        pop.danger_ms[ix] = np.where(sev >= 3, obs.now_ms, pop.danger_ms[ix])
+        danger = (sev >= 3) | (obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0)
+        self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
+        sgn = np.sign(ret).astype(np.int64)
+        stim, truth = self._stimulus(ix, obs, price, value, tick_pnl, dt_s, vol_ratio, sev, regime_shift, sgn, first)
+        stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
+        pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
+        pop.pad[ix] = pad
+        mood = appraisal.mood_update(pop.mood[ix], pad, pop.baseline[ix], dt_s, ap.mood_half_life_s)
+        pop.mood[ix] = mood
+        label, recent_losses = self._label(ix, pad, tick_pnl, sev)
+        pattern, strength, valence, neg_marker, pos_marker = self._marker(ix, regime, sgn, sev)
+        fired = reflex.lane(self, ix, obs, self._out)
+        tier = np.where((sev >= 2) | neg_marker, 1, 0)
+        tier = np.where(sev >= 3, 2, tier)
+        tier = np.where(pos_marker & (sev < 2), 0, tier)
+        p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
+        return Sensed(asset=asset, price=price, ret=ret, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
+                      regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, danger=danger, pad=pad,
+                      mood=mood, truth=truth, label=label,
+                      emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
+                      intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses, pattern=pattern,
+                      neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=valence, marker_strength=strength,
+                      tier=tier, first=first, reflex=fired)
+
+    def _volatility(self, ix: np.ndarray, obs: Observation, asset: np.ndarray, price: np.ndarray, lr: np.ndarray,
+                    dt_s: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """Record the tick in the Golem's price history; return the realised volatility over the last
+        vol_window_s (at least vol_min_returns returns), per sqrt(second), against the asset's
+        normal. A Golem's first tick has seen no return and takes the normal."""
+        pop, ap = self.pop, self.cfg.appraisal
         t = pop.tick[ix]
-        pop.price_hist[ix, t % HIST] = price
-        # realised volatility over the last vol_window_s (at least vol_min_returns returns), per sqrt(second),
-        # against the asset's normal; a Golem's first tick has seen no return and takes the normal
         slot = t % HIST
+        pop.price_hist[ix, slot] = price
         pop.r2_hist[ix, slot] = np.where(first, 0.0, lr * lr)
         pop.dt_hist[ix, slot] = np.where(first, 0.0, dt_s)
         pop.t_hist[ix, slot] = obs.now_ms
@@ -178,36 +318,57 @@ class Mind:
         seen = (pop.dt_hist[ix] * recent).sum(axis=1)
         var = np.where(seen > 0, (pop.r2_hist[ix] * recent).sum(axis=1) / np.maximum(seen, 1e-12),
                        obs.ref_rate[asset] ** 2)
-        vol_ratio = np.sqrt(var) / obs.ref_rate[asset]
-        regime = np.full(ix.size, obs.regime, dtype=np.int64)
-        last_regime = pop.last_regime[ix]
-        regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
-        new_regime = regime_shift & (t - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
-        sev = obs.probe_sev.astype(np.int64)
-        pop.danger_ms[ix] = np.where(sev >= 3, obs.now_ms, pop.danger_ms[ix])
-        danger = (sev >= 3) | (obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0)
-        self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
-        # prediction of the last decision against what happened
-        sgn = np.sign(ret).astype(np.int64)
+        return np.sqrt(var) / obs.ref_rate[asset]
+
+    def _stimulus(self, ix: np.ndarray, obs: Observation, price: np.ndarray, value: np.ndarray, tick_pnl: np.ndarray,
+                  dt_s: np.ndarray, vol_ratio: np.ndarray, sev: np.ndarray, regime_shift: np.ndarray, sgn: np.ndarray,
+                  first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tick's stimulus (n, 3), before hooks (golem.appraisal.stimulus), and the outcome part
+        of P: the ground truth a harsh self-evaluation is checked against (SPEC §5). The last
+        decision's prediction is checked here, and the entries that drove it validated."""
+        pop, ap = self.pop, self.cfg.appraisal
         es = pop.exp_sign[ix].astype(np.int64)
         prediction = np.where((es == 0) | first | (sgn == 0), 0, np.where(sgn == es, 1, -1))
         self._validate_drivers(ix, sgn)
         # a heuristic is contradicted when memory spoke clearly (|signal| >= 0.5) and the market disagreed
         lm = pop.last_mem[ix]
         contradicted = ((np.abs(lm) >= 0.5) & (sgn != 0) & (np.sign(lm) != sgn)).astype(np.float64)
+        shock = self._shock(ix, obs, price)
+        control, worked = self._control(ix, obs, price, value, dt_s)
+        look = appraisal.outlook(pop, ix, value, obs.now_ms, ap.outlook_window_s)
+        pnl_rate = tick_pnl / np.maximum(value, 1e-9) * (ap.reference_interval_s / dt_s)
+        # what happened since the last look, fading in simulated time: regime shifts and large own
+        # position changes (A), trades that filled or failed (D)
+        pos_change = (np.abs(pop.last_dexp[ix]) >= ap.position_change_min).astype(np.float64)
+        act = pop.last_action[ix]
+        imp_a, pop.imp_a[ix] = appraisal.impulse(pop.imp_a[ix], ap.regime_shift_arousal * regime_shift
+                                                 + ap.position_change_arousal * pos_change, dt_s, ap.impulse_half_life_s)
+        imp_d, pop.imp_d[ix] = appraisal.impulse(pop.imp_d[ix], ap.action_success * (act > 0)
+                                                 - ap.failed_transaction * (act < 0), dt_s, ap.impulse_half_life_s)
+        sp, sa, sd = appraisal.stimulus(ap, pnl_rate=pnl_rate, prediction=prediction, contradicted=contradicted,
+                                        look=look, vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
+                                        control=control, worked=worked, shock=shock)
+        return np.stack([sp, sa, sd], axis=1), np.tanh(appraisal.outcome(ap, pnl_rate, look))
+
+    def _shock(self, ix: np.ndarray, obs: Observation, price: np.ndarray) -> np.ndarray:
+        """A held position hit: an exploit or rug pull on its asset, a liquidation, or a stop
+        breached (price more than stop_loss below its peak over the last stop_window_s, since the
+        position was last changed: a fresh position is not stopped out by the prices before it)."""
+        pop, ap = self.pop, self.cfg.appraisal
         held = pop.units[ix] > 1e-12
         exploit_held = held & obs.seeing(("exploit", "rug_pull"))
         liquidation = held & obs.seeing(("liquidation",))
-        # a stop breached: price more than stop_loss below its peak over the last stop_window_s (since the
-        # position was last changed: a fresh position is not stopped out by the prices before it) while held
         seen_t = pop.t_hist[ix]
         in_window = (seen_t > obs.now_ms - ap.stop_window_s * 1000.0) & (seen_t >= pop.trade_ms[ix, None])
         peak = np.where(in_window & ~np.isnan(pop.price_hist[ix]), pop.price_hist[ix], -np.inf).max(axis=1)
         stop = held & (price < (1.0 - ap.stop_loss) * peak)
-        shock = np.maximum.reduce([stop * ap.stop_breach, exploit_held * ap.exploit_held, liquidation * ap.liquidation])
-        pos_change = (np.abs(pop.last_dexp[ix]) >= ap.position_change_min).astype(np.float64)
-        # control: the held position against its asset's trend (log price minus its EW mean), and how
-        # the last filled trade has worked since (a sale before a fall, a purchase before a rise)
+        return np.maximum.reduce([stop * ap.stop_breach, exploit_held * ap.exploit_held, liquidation * ap.liquidation])
+
+    def _control(self, ix: np.ndarray, obs: Observation, price: np.ndarray, value: np.ndarray,
+                 dt_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Control: the held position against its asset's trend (log price minus its EW mean), and
+        how the last filled trade has worked since (a sale before a fall, a purchase before a rise)."""
+        pop, ap = self.pop, self.cfg.appraisal
         llp = np.log(price)
         rho_c = appraisal.decay(dt_s, ap.control_half_life_s)
         ema = np.where(np.isnan(pop.lp_ema[ix]), llp, rho_c * pop.lp_ema[ix] + (1.0 - rho_c) * llp)
@@ -217,52 +378,33 @@ class Mind:
         since_trade = np.log(price / np.where(traded, pop.trade_price[ix], price))
         worked = np.tanh(ap.k_worked * pop.trade_dexp[ix] * since_trade) * appraisal.decay(
             (obs.now_ms - pop.trade_ms[ix]) / 1000.0, ap.control_half_life_s)
-        look = appraisal.outlook(pop, ix, value, obs.now_ms, ap.outlook_window_s)
-        pnl_rate = tick_pnl / np.maximum(value, 1e-9) * (ap.reference_interval_s / dt_s)
-        # what happened since the last look, fading in simulated time: regime shifts and large own
-        # position changes (A), trades that filled or failed (D)
-        act = pop.last_action[ix]
-        imp_a, pop.imp_a[ix] = appraisal.impulse(pop.imp_a[ix], ap.regime_shift_arousal * regime_shift
-                                                 + ap.position_change_arousal * pos_change, dt_s, ap.impulse_half_life_s)
-        imp_d, pop.imp_d[ix] = appraisal.impulse(pop.imp_d[ix], ap.action_success * (act > 0)
-                                                 - ap.failed_transaction * (act < 0), dt_s, ap.impulse_half_life_s)
-        sp, sa, sd = appraisal.stimulus(ap, pnl_rate=pnl_rate, prediction=prediction, contradicted=contradicted,
-                                        look=look, vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
-                                        control=exposure * (llp - ema), worked=np.where(traded, worked, 0.0), shock=shock)
-        # the outcome part of P, the ground truth a harsh self-evaluation is checked against (SPEC §5)
-        truth = np.tanh(appraisal.outcome(ap, pnl_rate, look))
-        stim = np.stack([sp, sa, sd], axis=1)
-        stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
-        pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
-        pop.pad[ix] = pad
-        mood = appraisal.mood_update(pop.mood[ix], pad, pop.baseline[ix], dt_s, ap.mood_half_life_s)
-        pop.mood[ix] = mood
-        p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
+        return exposure * (llp - ema), np.where(traded, worked, 0.0)
+
+    def _label(self, ix: np.ndarray, pad: np.ndarray, tick_pnl: np.ndarray, sev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The discrete emotion label and the losing ticks in the recurring-loss window; counts the
+        failed attempts (losing ticks in a row) and the ticks of high arousal in a row."""
+        cfg, pop = self.cfg, self.pop
+        a = pad[:, 1]
         loss = tick_pnl < 0
         window = cfg.emotion.recurring_loss_window
         pop.loss_bits[ix] = ((pop.loss_bits[ix] << 1) | loss) & ((1 << window) - 1)
         recent_losses = pop.recent_losses(ix, window)
-        label = appraisal.label_batch(cfg, p, a, recent_losses, pop.failed_attempts[ix], sev >= 3)
+        label = appraisal.label_batch(cfg, pad[:, 0], a, recent_losses, pop.failed_attempts[ix], sev >= 3)
         pop.failed_attempts[ix] = np.where(loss, pop.failed_attempts[ix] + 1, np.where(tick_pnl > 0, 0, pop.failed_attempts[ix]))
         pop.high_a_run[ix] = np.where(a > cfg.flashbulb.arousal, pop.high_a_run[ix] + 1, 0)
-        # somatic marker for the current pattern (SPEC §5 SENSING)
+        return label, recent_losses
+
+    def _marker(self, ix: np.ndarray, regime: np.ndarray, sgn: np.ndarray, sev: np.ndarray):
+        """The somatic marker of the tick's pattern (regime, move sign, probe severity; SPEC §5
+        SENSING): (pattern, strength, valence, strong and negative, strong and positive with a
+        cached target)."""
+        pop, sm = self.pop, self.cfg.somatic
         pattern = (np.minimum(regime, 15) * 3 + (sgn + 1)) * 4 + sev
-        scnt = pop.som_cnt[ix, pattern]
-        sval = pop.som_sum[ix, pattern]          # exponentially weighted valence of the pattern's episodes
-        sm = cfg.somatic
-        neg_marker = (scnt > sm.min_strength) & (sval < sm.negative_valence)
-        pos_marker = (scnt > sm.min_strength) & (sval > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
-        fired = reflex.lane(self, ix, obs, self._out)
-        tier = np.where((sev >= 2) | neg_marker, 1, 0)
-        tier = np.where(sev >= 3, 2, tier)
-        tier = np.where(pos_marker & (sev < 2), 0, tier)
-        return dict(asset=asset, price=price, ret=ret, lr=lr, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
-                    regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, sgn=sgn,
-                    prediction=prediction, held=held, danger=danger, pad=pad, mood=mood, truth=truth, label=label,
-                    emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
-                    intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses,
-                    pattern=pattern, neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=sval,
-                    marker_strength=scnt, tier=tier, first=first, exploit_held=exploit_held, reflex=fired)
+        strength = pop.som_cnt[ix, pattern]
+        valence = pop.som_sum[ix, pattern]          # exponentially weighted valence of the pattern's episodes
+        neg = (strength > sm.min_strength) & (valence < sm.negative_valence)
+        pos = (strength > sm.min_strength) & (valence > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
+        return pattern, strength, valence, neg, pos
 
     def _validate_drivers(self, ix: np.ndarray, sgn: np.ndarray) -> None:
         """Confidence propagation (SPEC §3.4) for the entries that drove the last decision:
@@ -273,34 +415,68 @@ class Mind:
         pop.drove[ix] = -1
 
     # ------------------------------------------------------------------ DECIDING
-    def decide(self, ix: np.ndarray, obs: Observation, s: dict, out: TickOutput) -> dict:
+    def decide(self, ix: np.ndarray, obs: Observation, s: Sensed, out: TickOutput) -> Decided:
+        """Recall and choose (SPEC §4, §5 DECIDING): the context query, mood-congruent retrieval,
+        anti-rumination, reactivation, the memory signal, the strategy's target exposure and the
+        tier; the retrieval row goes to `out`."""
         cfg, pop, gr = self.cfg, self.pop, self.gr
-        base = self.lex.contexts(list(self.assets), s["asset"], list(self.regime_names), s["regime"], s["ret"], s["vol_ratio"])
-        for kind in sorted({k for k, _, _ in obs.events}):   # each Golem adds its kinds' tokens in sorted order
+        query = self._query(obs, s)
+        topics = self.context_topics(ix, obs, s)
+        res = self._recall(ix, obs, s, query)
+        fired, safe, nserved = self._anti_rumination(ix, obs, s, query, res, out)
+        # touch and acted-on counts of the served entries (they drive this decision), and their
+        # columns: sc[name] = c[name][safe] after that
+        sc = rt.recall(gr, res.slots, res.shadow, obs.now_ms)
+        reflex.record_acts(gr, res.slots, obs.now_ms)
+        # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
+        react = reactivate(gr, res.slots, res.tagged, res.factors[:, :, 0], sc["topic"], topics, obs.now_ms,
+                           cfg.decay.reactivation_cosine)
+        mem, mem_without, pending = self._memory_signal(ix, s, res, sc)
+        target, changed = self._target(ix, obs, s, res, sc, mem, mem_without, pending)
+        contra_ids = self._contrarian_weighed(ix, pending)
+        # novel: nothing in memory resembles the situation (the pool's best semantic match, SPEC §5)
+        novelty = res.pool[:, kernels.POOL_BEST_SEMANTIC] < cfg.escalation.novelty_threshold
+        tier = np.maximum(s.tier, np.where(novelty & ~s.pos_marker, 1, 0))
+        out.retrievals = self._retrieval_row(ix, obs, s, res, sc, safe, nserved, fired, react, mem, changed, contra_ids)
+        return Decided(query=query, target=target, mem=mem, tier=tier, nserved=nserved, novelty=novelty)
+
+    def _query(self, obs: Observation, s: Sensed) -> np.ndarray:
+        """The context embedding: asset, regime, move and volatility, plus a token for each kind of
+        event the Golem sees (in sorted order)."""
+        base = self.lex.contexts(list(self.assets), s.asset, list(self.regime_names), s.regime, s.ret, s.vol_ratio)
+        for kind in sorted({k for k, _, _ in obs.events}):
             rows = obs.seeing((kind,))
             base[rows] = self.lex.with_tokens(base[rows], [f"event:{kind}"], 1.5)
-        query = normalise(base)
-        topics = self.context_topics(ix, obs, s)
+        return normalise(base)
+
+    def _recall(self, ix: np.ndarray, obs: Observation, s: Sensed, query: np.ndarray) -> rt.RetrievalResult:
+        """One batched retrieval for the cohort, by retrieval.mode and retrieval.profile: HDC
+        fingerprints, the six-factor profile, or mood-congruent recall (SPEC §4.1)."""
+        cfg, gr = self.cfg, self.gr
         if cfg.retrieval.mode == "somatic_hdc":
-            mood = s["mood"]
-            fps = self.fingerprints(mood[:, 0], mood[:, 1], mood[:, 2], s["emotion"], s["intensity"],
-                                    s["regime"], s["asset"])
-            res = rt.retrieve_somatic_hdc(gr, ix, query, s["mood"], obs.now_ms, self.prm, fps)
-        elif cfg.retrieval.profile == "six_factor":
+            mood = s.mood
+            fps = self.fingerprints(mood[:, 0], mood[:, 1], mood[:, 2], s.emotion, s.intensity, s.regime, s.asset)
+            return rt.retrieve_somatic_hdc(gr, ix, query, s.mood, obs.now_ms, self.prm, fps)
+        if cfg.retrieval.profile == "six_factor":
             ev_topics = [{topic_code(f"{self.assets[a]}/{k}") for (k, _, _), seen in zip(obs.events, row) if seen}
-                         for a, row in zip(s["asset"], obs.sees)]
-            res = rt.retrieve_six(gr, ix, query, s["mood"], obs.now_ms, self.prm, rt.six_factor_weights(cfg),
-                                  s["asset"], obs.regime, ev_topics)
-        else:
-            res = rt.retrieve(gr, ix, query, s["mood"], obs.now_ms, self.prm)   # mood-congruent recall (SPEC §4.1)
-        slots, scores = res.slots, res.scores
-        c = gr.cols
+                         for a, row in zip(s.asset, obs.sees)]
+            return rt.retrieve_six(gr, ix, query, s.mood, obs.now_ms, self.prm, rt.six_factor_weights(cfg),
+                                   s.asset, obs.regime, ev_topics)
+        return rt.retrieve(gr, ix, query, s.mood, obs.now_ms, self.prm)
+
+    def _anti_rumination(self, ix: np.ndarray, obs: Observation, s: Sensed, query: np.ndarray, res: rt.RetrievalResult,
+                         out: TickOutput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Anti-rumination (SPEC §4.3): when the last retrievals were each mostly negative, a served
+        entry is replaced by a non-negative one from the pool (in `res`, in place; one event each);
+        this retrieval's negative share joins the window. Returns (which Golems it fired for, the
+        served slots with 0 where none, entries served per Golem)."""
+        cfg, pop, c = self.cfg, self.pop, self.gr.cols
+        slots = res.slots
         served = slots >= 0
         safe = np.where(served, slots, 0)
         tagged, val = res.tagged, res.valence   # = served & has_tag[safe], where(tagged, p[safe], 0)
-        # anti-rumination (SPEC §4.3): the last 3 retrievals each > 80 % negative
         guard = (pop.neg_share[ix] > cfg.retrieval.rumination_negative_share).all(axis=1)
-        rows, pos = rt.anti_rumination(slots, scores, val, res.pool, guard)
+        rows, pos = rt.anti_rumination(slots, res.scores, val, res.pool, guard)
         fired = np.zeros(ix.size, dtype=bool)
         fired[rows] = True
         if rows.size:
@@ -308,93 +484,110 @@ class Mind:
             safe[rows, pos] = new
             tagged[rows, pos] = c["has_tag"][new]
             val[rows, pos] = np.where(tagged[rows, pos], c["p"][new], 0.0)
-            res.factors[rows, pos] = rt.served_factors(gr, new, query[rows], s["mood"][rows], obs.now_ms, self.prm)
+            res.factors[rows, pos] = rt.served_factors(self.gr, new, query[rows], s.mood[rows], obs.now_ms, self.prm)
             out.events.append(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
                                            values=pop.neg_share[ix[rows]].mean(axis=1)))
         nserved = served.sum(axis=1)
         share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
         pop.neg_share[ix] = np.concatenate([pop.neg_share[ix][:, 1:], share[:, None]], axis=1)
-        # touch and acted-on counts of the served entries (they drive this decision), and their
-        # columns: sc[name] = c[name][safe] after that
-        sc = rt.recall(gr, slots, res.shadow, obs.now_ms)
-        reflex.record_acts(gr, slots, obs.now_ms)
-        # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
-        react = reactivate(gr, slots, tagged, res.factors[:, :, 0], sc["topic"], topics, obs.now_ms,
-                           cfg.decay.reactivation_cosine)
-        # memory-based reasoning: what similar past contexts led to, weighted by score x confidence
-        has_out = served & sc["has_outcome"]
-        conf = sc["confidence"]
-        wts = np.where(has_out, np.maximum(scores, 0.0) * conf, 0.0)
+        return fired, safe, nserved
+
+    def _memory_signal(self, ix: np.ndarray, s: Sensed, res: rt.RetrievalResult,
+                       sc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Memory-based reasoning: what similar past contexts led to, weighted by score x
+        confidence; the reflexes that fired in SENSING join at full weight, and the overlooked
+        section of the last contrarian pass is weighed explicitly. The entries with an outcome are
+        remembered as this decision's drivers. Returns (the memory signal, the signal without the
+        contrarian section, which Golems had one pending)."""
+        pop, c = self.pop, self.gr.cols
+        slots, scores = res.slots, res.scores
+        has_out = (slots >= 0) & sc["has_outcome"]
+        wts = np.where(has_out, np.maximum(scores, 0.0) * sc["confidence"], 0.0)
         outc = np.where(has_out, sc["outcome"], 0.0)
         wsum = wts.sum(axis=1)
         mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
-        # reflexes that fired in SENSING join the evidence at full weight
-        for i, rs in s["reflex"].items():
+        for i, rs in s.reflex.items():
             for slot in rs:
                 o = float(c["outcome"][slot]) if c["has_outcome"][slot] else float(np.sign(c["p"][slot]))
                 wsum[i] += 1.0
                 mem[i] = (mem[i] * (wsum[i] - 1.0) + o) / wsum[i]
-        # the potentially overlooked section from the last contrarian pass must be weighed explicitly
         pending = (pop.contrarian_pending[ix] >= 0).any(axis=1)
         mem_without = mem.copy()
         if pending.any():
             w_x, o_x = contrarian.weigh(self, ix, slots, scores)
             tot = wsum + w_x.sum(axis=1)
             mem = np.where(pending & (tot > 0), (mem * wsum + (w_x * o_x).sum(axis=1)) / np.maximum(tot, 1e-12), mem)
-        drove = np.where(has_out, slots, -1)
-        pop.drove[ix] = drove
+        pop.drove[ix] = np.where(has_out, slots, -1)
         pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
-        # the strategy (golem.strategies): each Golem's plug-in reads a read-only view of the cohort
-        # and its recall, and returns target exposures; the mind's own rules follow
-        dc = cfg.decision
+        return mem, mem_without, pending
+
+    def _target(self, ix: np.ndarray, obs: Observation, s: Sensed, res: rt.RetrievalResult, sc: dict, mem: np.ndarray,
+                mem_without: np.ndarray, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The target exposure: each Golem's strategy plug-in (golem.strategies) reads a read-only
+        view of the cohort and its recall; the mind's own rules follow (a strong positive marker's
+        cached target, the danger exit, fear, the life phase). Returns (the target, whether the
+        contrarian section changed the trade decision)."""
+        pop, dc = self.pop, self.cfg.decision
+        served, scores = res.slots >= 0, res.scores
         view = CohortView(self, ix, obs, memory=dict(
             memory_signal=mem, served_ids=lambda: np.where(served, sc["id"], -1),
             served_scores=lambda: np.where(served, scores, np.nan),
-            served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=val,
+            served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=res.valence,
             served_outcome=lambda: np.where(served & sc["has_outcome"], sc["outcome"], np.nan),
             served_confidence=lambda: np.where(served, sc["confidence"], np.nan)))
         strat = pop.strategy[ix]
 
         def choose(m):
             t = self.strategies.targets(view.with_memory(m), strat, dc.max_exposure)
-            t = np.where(s["pos_marker"], pop.som_target[ix, s["pattern"]], t)
-            t = np.where(s["danger"], 0.0, t)   # a high probe on its asset: get out, and stay out for a while
+            t = np.where(s.pos_marker, pop.som_target[ix, s.pattern], t)
+            t = np.where(s.danger, 0.0, t)   # a high probe on its asset: get out, and stay out for a while
             # fear lowers risk appetite: in an aroused, displeased mood a Golem scales its exposure down
-            fear = np.clip((s["mood"][:, 1] - 0.5) * 2.0, 0.0, 1.0) * (s["mood"][:, 0] < 0)
+            fear = np.clip((s.mood[:, 1] - 0.5) * 2.0, 0.0, 1.0) * (s.mood[:, 0] < 0)
             t = t * (1.0 - dc.fear_scale * fear)
             return t * mortality.PHASE_EXPOSURE[pop.phase[ix]]
         target = choose(mem)
-        exposure_now = np.where(s["value"] > 0, pop.units[ix] * s["price"] / np.maximum(s["value"], 1e-12), 0.0)
+        exposure_now = np.where(s.value > 0, pop.units[ix] * s.price / np.maximum(s.value, 1e-12), 0.0)
         trade_with = (np.abs(target - exposure_now) >= dc.min_trade) | ((target <= 1e-9) & (exposure_now > 1e-3))
-        if pending.any():
-            alt = choose(mem_without)
-            trade_without = (np.abs(alt - exposure_now) >= dc.min_trade) | ((alt <= 1e-9) & (exposure_now > 1e-3))
-            changed = pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
-        else:
-            changed = np.zeros(ix.size, dtype=bool)
-        contra_ids = None   # no Golem weighed an overlooked section (lists only when one did)
+        if not pending.any():
+            return target, np.zeros(ix.size, dtype=bool)
+        alt = choose(mem_without)
+        trade_without = (np.abs(alt - exposure_now) >= dc.min_trade) | ((alt <= 1e-9) & (exposure_now > 1e-3))
+        return target, pending & ((trade_with != trade_without) | (trade_with & (np.abs(target - alt) >= dc.min_trade)))
+
+    def _contrarian_weighed(self, ix: np.ndarray, pending: np.ndarray) -> list | None:
+        """The ids of each Golem's overlooked section, now weighed and cleared (None when no Golem
+        had one: lists only when one did)."""
+        pop, c = self.pop, self.gr.cols
+        contra_ids = None
         if pending.any():
             contra_ids = [[] for _ in range(ix.size)]
             for i in np.flatnonzero(pending):
                 p = pop.contrarian_pending[ix[i]]
                 contra_ids[i] = c["id"][p[p >= 0]].tolist()
         pop.contrarian_pending[ix[pending]] = -1
-        # novel: nothing in memory resembles the situation (the pool's best semantic match, SPEC §5)
-        novelty = res.pool[:, kernels.POOL_BEST_SEMANTIC] < cfg.escalation.novelty_threshold
-        tier = np.maximum(s["tier"], np.where(novelty & ~s["pos_marker"], 1, 0))
-        low_conf = served & (conf < cfg.confidence.low_flag) & (sc["access_count"] >= cfg.confidence.low_flag_accesses)
+        return contra_ids
+
+    def _retrieval_row(self, ix: np.ndarray, obs: Observation, s: Sensed, res: rt.RetrievalResult, sc: dict,
+                       safe: np.ndarray, nserved: np.ndarray, fired: np.ndarray, react: np.ndarray, mem: np.ndarray,
+                       changed: np.ndarray, contra_ids: list | None) -> dict:
+        """The cohort's `retrievals` rows: what was served and why, against the pool it came from."""
+        cfg, pop = self.cfg, self.pop
+        slots, scores, val = res.slots, res.scores, res.valence
+        served = slots >= 0
+        low_conf = served & (sc["confidence"] < cfg.confidence.low_flag) & (
+            sc["access_count"] >= cfg.confidence.low_flag_accesses)
         ids = sc["id"]
         if cfg.retrieval.mode == "somatic_hdc":
             # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
-            cu = s["mood"] / np.maximum(np.linalg.norm(s["mood"], axis=1, keepdims=True), 1e-8)
-            u = gr.unit_pad(safe)
+            cu = s.mood / np.maximum(np.linalg.norm(s.mood, axis=1, keepdims=True), 1e-8)
+            u = self.gr.unit_pad(safe)
             pc = (u[..., 0] * cu[:, :1] + u[..., 1] * cu[:, 1:2] + u[..., 2] * cu[:, 2:3] + 1.0) / 2.0
             served_emo = np.where(served, pc, 0.0)
         else:
             served_emo = np.where(served, res.factors[:, :, 3], 0.0)
-        out.retrievals = dict(
+        return dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
-            query_p=s["mood"][:, 0].copy(), query_a=s["mood"][:, 1].copy(), query_d=s["mood"][:, 2].copy(),
+            query_p=s.mood[:, 0].copy(), query_a=s.mood[:, 1].copy(), query_d=s.mood[:, 2].copy(),
             slots=slots, ids=np.where(served, ids, -1), scores=np.where(served, scores, np.nan),
             factors=res.factors, shadow_ids=np.where(res.shadow >= 0, sc["shadow_id"], -1),
             pool_n=res.pool[:, 0].astype(np.int64),
@@ -403,12 +596,10 @@ class Mind:
             served_mean_emotional=np.where(nserved > 0, served_emo.sum(axis=1) / np.maximum(nserved, 1), np.nan),
             served_mean_valence=np.where(nserved > 0, val.sum(axis=1) / np.maximum(nserved, 1), np.nan),
             valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, ids, -1),
-            reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s["pos_marker"].copy(),
+            reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s.pos_marker.copy(),
             contrarian_ids=contra_ids, contrarian_changed=changed)
-        return dict(query=query, topics=topics, target=target, mem=mem, tier=tier,
-                    nserved=nserved, val=val, novelty=novelty)
 
-    def context_topics(self, ix: np.ndarray, obs: Observation, s: dict) -> np.ndarray:
+    def context_topics(self, ix: np.ndarray, obs: Observation, s: Sensed) -> np.ndarray:
         """The topics of each Golem's current context, (Golems x topics) codes, -1 where none: what
         an entry must be about to be re-lived now (reactivation, SPEC §2.6). Every entry topic has
         its moment: `<asset>/price-move` and `<asset>/trade` always (each tick is a trading
@@ -417,14 +608,14 @@ class Mind:
         the Golem's dominance is below the reflection threshold, `<asset>/death-reflection` when its
         own life is declining or terminal."""
         cfg, pop = self.cfg, self.pop
-        asset = s["asset"]
-        emotion = s["pad"]      # flashbulb triggers read the emotion (SPEC §2.1)
-        load_pad = s["mood"]    # the reflection's emotional load (SPEC §5)
+        asset = s.asset
+        emotion = s.pad      # flashbulb triggers read the emotion (SPEC §2.1)
+        load_pad = s.mood    # the reflection's emotional load (SPEC §5)
 
         def codes(kind):
             return np.array([topic_code(f"{a}/{kind}") for a in self.assets], dtype=np.int64)[asset]
-        trig = flashbulb.triggers(cfg, emotion[:, 1], pop.high_a_run[ix], s["tick_pnl"], s["value"], s["new_regime"],
-                                  s["sev"]).any(axis=1)
+        trig = flashbulb.triggers(cfg, emotion[:, 1], pop.high_a_run[ix], s.tick_pnl, s.value, s.new_regime,
+                                  s.sev).any(axis=1)
         cols = [codes("price-move"), codes("trade"),
                 np.where(trig, codes("flashbulb"), -1),
                 np.where(load_pad[:, 2] < cfg.reflection.dominance, codes("dominance-correction"), -1),
@@ -434,16 +625,16 @@ class Mind:
         return np.stack(cols, axis=1)
 
     # ------------------------------------------------------------------ ACTING
-    def act(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict) -> dict:
+    def act(self, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided) -> Acted:
         cfg, pop = self.cfg, self.pop
         tr = cfg.trading
-        value = s["value"]
-        price = s["price"]
+        value = s.value
+        price = s.price
         exposure = np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0)
-        dexp = dd["target"] - exposure
+        dexp = dd.target - exposure
         # small changes are skipped (hysteresis against churn), but a full exit is never too small:
         # otherwise a Golem that de-risked early is stuck with a residual position through a crash
-        full_exit = (dd["target"] <= 1e-9) & (exposure > 1e-3)
+        full_exit = (dd.target <= 1e-9) & (exposure > 1e-3)
         trade = ((np.abs(dexp) >= cfg.decision.min_trade) | full_exit) & (value > 0)
         u_fail = uniform(self.seed, ix, pop.tick[ix], 1)
         u_slip = uniform(self.seed, ix, pop.tick[ix], 2)
@@ -457,7 +648,7 @@ class Mind:
         pop.units[ix] += np.where(ok, dexp * value / price, 0.0)
         pop.cash[ix] -= np.where(ok, dexp * value, 0.0) + cost
         esc = cfg.escalation
-        tier_cost = np.where(dd["tier"] == 1, esc.t1_cost, np.where(dd["tier"] == 2, esc.t2_cost, 0.0))
+        tier_cost = np.where(dd.tier == 1, esc.t1_cost, np.where(dd.tier == 2, esc.t2_cost, 0.0))
         pop.budget[ix] -= gas_cost + tier_cost
         pop.last_action[ix] = np.where(ok, 1, np.where(failed, -1, 0))
         pop.last_dexp[ix] = np.where(ok, dexp, 0.0)
@@ -466,81 +657,105 @@ class Mind:
         pop.trade_dexp[ix] = np.where(ok, dexp, pop.trade_dexp[ix])
         pop.lp_ema[ix] = np.where(ok, np.log(price), pop.lp_ema[ix])    # a new position is judged from here on
         new_value = pop.cash[ix] + pop.units[ix] * price
-        return dict(exposure_before=exposure, dexp=dexp, traded=ok, failed=failed, cost=cost, gas_cost=gas_cost,
-                    tier_cost=tier_cost, value_after=new_value,
-                    exposure_after=np.where(new_value > 0, pop.units[ix] * price / np.maximum(new_value, 1e-12), 0.0))
+        return Acted(exposure_before=exposure, dexp=dexp, traded=ok, failed=failed, value_after=new_value,
+                     exposure_after=np.where(new_value > 0, pop.units[ix] * price / np.maximum(new_value, 1e-12), 0.0))
 
     # ------------------------------------------------------------------ REFLECTING
-    def reflect(self, ix: np.ndarray, obs: Observation, s: dict, dd: dict, ac: dict, out: TickOutput) -> dict:
-        cfg, pop, gr = self.cfg, self.pop, self.gr
-        rc = cfg.reflection
-        now = obs.now_ms
-        p, a, d = s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2]   # the tag of what is written: the tick's emotion
-        load_pad = s["mood"]                                          # the reflection's emotional load: the mood (SPEC §5)
-        load_p, load_a, load_d = load_pad[:, 0], load_pad[:, 1], load_pad[:, 2]
-        n = ix.size
+    def reflect(self, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided, ac: Acted, out: TickOutput) -> Reflected:
+        """What the tick taught, as candidate entries in a fixed order (their ids follow it):
+        observations, the Golem's own action, insights, flashbulbs; then one write, the pushes to
+        the Clade, and the somatic markers' learning (SPEC §5 REFLECTING)."""
         cand = Candidates()
-        prev_ctx = np.where(s["first"][:, None], dd["query"], pop.ctx[ix])
-        outcome = np.tanh(s["ret"] / rc.outcome_scale)
-        low_band = a < cfg.arousal.low_band
-        signals = (s["sev"] >= 3).astype(np.int64) + s["regime_shift"] + (s["recent_losses"] >= cfg.emotion.recurring_loss_min)
-        # an insight written in crisis (the emotion's A > 0.5, SPEC §2.4) or under an aroused mood (the
-        # emotional load, §5) is tagged for the curator's re-evaluation; only the mood bends its counterfactual
-        loaded = load_a > cfg.arousal.high_band
-        aroused = loaded | (a > cfg.arousal.high_band)
-        common = dict(p=p, a=a, d=d, has_tag=True, emotion=s["emotion"], label=s["label"], value=s["value"],
-                      pnl=s["tick_pnl"], signals=signals, provenance=-1, tick=pop.tick[ix], flashbulb=False,
-                      first_sighting=False, force_internal=False, arousal_bias=False,
-                      golem=ix, scope=s["asset"].astype(np.int32), regime=s["regime"])
+        tags = self._entry_tags(ix, s)
+        # the episode is filed under the context that led to it (the last tick's query)
+        prev_ctx = np.where(s.first[:, None], dd.query, self.pop.ctx[ix])
+        outcome = np.tanh(s.ret / self.cfg.reflection.outcome_scale)
+        self._observe(cand, ix, obs, s, dd, tags, prev_ctx, outcome)
+        self._own_action(cand, s, dd, ac, tags)
+        self._insights(cand, ix, obs.now_ms, s, ac, tags, prev_ctx, out)
+        fired = self._flashbulbs(cand, ix, obs.now_ms, s, dd, tags, outcome, out)
+        n_written, tier = self._store_and_push(cand, ix, obs, s, dd, ac, out)
+        self._learn_markers(ix, s, dd)
+        self._escalations(ix, obs.now_ms, s, dd, tier, fired, out)
+        return Reflected(n_written=n_written, tier=tier, flashbulb=fired)
 
-        def insight(mask):       # the common columns of insights: arousal_bias where the load is high
-            return {**_sel(common, mask), "arousal_bias": aroused[mask]}
-        # (1) what just happened, filed under the context that led to it
-        asset = s["asset"]
-        keep = ~s["first"]
+    def _entry_tags(self, ix: np.ndarray, s: Sensed) -> dict:
+        """The columns every entry written this tick shares: the tick's emotion as its tag, the
+        book, the signals that made the tick notable, the Golem and its asset."""
+        cfg = self.cfg
+        signals = (s.sev >= 3).astype(np.int64) + s.regime_shift + (s.recent_losses >= cfg.emotion.recurring_loss_min)
+        return dict(p=s.pad[:, 0], a=s.pad[:, 1], d=s.pad[:, 2], has_tag=True, emotion=s.emotion, label=s.label,
+                    value=s.value, pnl=s.tick_pnl, signals=signals, provenance=-1, tick=self.pop.tick[ix],
+                    flashbulb=False, first_sighting=False, force_internal=False, arousal_bias=False,
+                    golem=ix, scope=s.asset.astype(np.int32), regime=s.regime)
+
+    def _observe(self, cand: Candidates, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided, tags: dict,
+                 prev_ctx: np.ndarray, outcome: np.ndarray) -> None:
+        """Observations: (1) the price move just seen, filed under the context that led to it;
+        (2) one entry per distinct event seen (multi-event segmentation: never averaged), the j-th
+        of a Golem's events in sorted order with seq 1 + j, taken event by event in that order."""
+        cfg = self.cfg
+        asset = s.asset
+        keep = ~s.first
         if keep.any():
+            low_band = s.pad[keep, 1] < cfg.arousal.low_band
             cand.add(prev_ctx[keep], self.topic_names(asset[keep], "price-move"),
-                     **_sel(common, keep), seq=0, kind=K_PRICE, role=ROLE_OBS, category=CAT["episode"],
-                     decay_class=np.where(low_band[keep], gm.EPHEMERAL, gm.TACTICAL), source_conf=cfg.confidence.own,
+                     **_sel(tags, keep), seq=0, kind=K_PRICE, role=ROLE_OBS, category=CAT["episode"],
+                     decay_class=np.where(low_band, gm.EPHEMERAL, gm.TACTICAL), source_conf=cfg.confidence.own,
                      importance=np.clip(0.3 + 0.7 * np.abs(outcome[keep]), 0, 1), outcome=outcome[keep],
                      has_outcome=True, event_kind="")
-        # (2) one entry per distinct event seen (multi-event segmentation: never averaged), the j-th
-        # of a Golem's events in sorted order with seq 1 + j; taken event by event in that order
         distinct = sorted(set(obs.events))
         sees = np.stack([obs.sees[:, [e == u for e in obs.events]].any(axis=1) for u in distinct], axis=1) \
-            if distinct else np.zeros((n, 0), dtype=bool)
+            if distinct else np.zeros((ix.size, 0), dtype=bool)
         rank = np.cumsum(sees, axis=1) - 1
         for u, (kind, sev, tokens) in enumerate(distinct):
             rows = np.flatnonzero(sees[:, u])
-            cols = _sel(common, rows)
+            cols = _sel(tags, rows)
             cols["first_sighting"] = self._first_sightings(ix[rows], obs, rows, (kind, sev, tokens))
             warn = sev >= 3
-            cand.add(normalise(self.lex.with_tokens(dd["query"][rows].astype(np.float64), [f"event:{kind}"], 2.0)),
+            cand.add(normalise(self.lex.with_tokens(dd.query[rows].astype(np.float64), [f"event:{kind}"], 2.0)),
                      self.topic_names(asset[rows], kind), **cols, seq=1 + rank[rows, u], kind=K_EVENT, role=ROLE_OBS,
                      category=CAT["warning"] if warn else CAT["episode"],
                      decay_class=gm.REGIME if warn else gm.TACTICAL, source_conf=cfg.confidence.own,
                      importance=0.5 + 0.15 * sev, outcome=0.0, has_outcome=False, event_kind=kind, tokens=tokens)
-        # (3) the Golem's own action
-        tr = ac["traded"]
-        if tr.any():
-            base = dd["query"][tr].astype(np.float64)
-            emb = np.where((ac["dexp"][tr] > 0)[:, None], self.lex.with_tokens(base, ["trade:buy"], 1.0),
-                           self.lex.with_tokens(base, ["trade:sell"], 1.0))
-            cand.add(emb, self.topic_names(asset[tr], "trade"), **_sel(common, tr), seq=20,
-                     kind=K_TRADE, role=ROLE_ACT, category=CAT["episode"], decay_class=gm.EPHEMERAL,
-                     source_conf=cfg.confidence.own, importance=np.clip(np.abs(ac["dexp"][tr]), 0, 1),
-                     outcome=0.0, has_outcome=False, event_kind="")
-        # (4) reflection (SPEC §5 REFLECTING): the counterfactual is the opposite action on the same
-        # tape; an insight when it would have earned more. Under high arousal the insight holds the
-        # counterfactual bent toward the mood, and keeps the unbiased one for the curator (§7.2)
+
+    def _own_action(self, cand: Candidates, s: Sensed, dd: Decided, ac: Acted, tags: dict) -> None:
+        """(3) The Golem's own trade, a buy or a sell added to the context."""
+        tr = ac.traded
+        if not tr.any():
+            return
+        base = dd.query[tr].astype(np.float64)
+        emb = np.where((ac.dexp[tr] > 0)[:, None], self.lex.with_tokens(base, ["trade:buy"], 1.0),
+                       self.lex.with_tokens(base, ["trade:sell"], 1.0))
+        cand.add(emb, self.topic_names(s.asset[tr], "trade"), **_sel(tags, tr), seq=20,
+                 kind=K_TRADE, role=ROLE_ACT, category=CAT["episode"], decay_class=gm.EPHEMERAL,
+                 source_conf=self.cfg.confidence.own, importance=np.clip(np.abs(ac.dexp[tr]), 0, 1),
+                 outcome=0.0, has_outcome=False, event_kind="")
+
+    def _insights(self, cand: Candidates, ix: np.ndarray, now_ms: int, s: Sensed, ac: Acted, tags: dict,
+                  prev_ctx: np.ndarray, out: TickOutput) -> None:
+        """(4) Reflection under the emotional load of the mood (SPEC §5): a regret insight when the
+        opposite action on the same tape would have earned more (under high arousal bent toward
+        the mood, the unbiased counterfactual kept for the curator, §7.2); a dominance correction
+        when control is low; a back-check of a harsh self-evaluation against the ground truth."""
+        cfg, pop = self.cfg, self.pop
+        rc = cfg.reflection
+        load_p, load_a, load_d = s.mood[:, 0], s.mood[:, 1], s.mood[:, 2]
+        # an insight written in crisis (the emotion's A > 0.5, SPEC §2.4) or under an aroused mood (the
+        # emotional load, §5) is tagged for the curator's re-evaluation; only the mood bends its counterfactual
+        loaded = load_a > cfg.arousal.high_band
+        aroused = loaded | (s.pad[:, 1] > cfg.arousal.high_band)
+
+        def insight(mask):       # the shared columns of insights: arousal_bias where the load is high
+            return {**_sel(tags, mask), "arousal_bias": aroused[mask]}
         dc = cfg.decision
         max_exp = dc.max_exposure * np.minimum(pop.risk[ix], 1.0 / dc.max_exposure)
-        held = held_exposure(ac["exposure_before"], s["ret"])
-        _, gain, cf = counterfactual(held, s["ret"], max_exp, rc.outcome_scale)
-        regret = ~s["first"] & (gain > rc.regret_min)
+        held = held_exposure(ac.exposure_before, s.ret)
+        _, gain, cf = counterfactual(held, s.ret, max_exp, rc.outcome_scale)
+        regret = ~s.first & (gain > rc.regret_min)
         if regret.any():
             biased = np.where(loaded, np.clip(cf + rc.mood_bias * load_p, -1.0, 1.0), cf)
-            cand.add(prev_ctx[regret], self.topic_names(asset[regret], "price-move"), **insight(regret),
+            cand.add(prev_ctx[regret], self.topic_names(s.asset[regret], "price-move"), **insight(regret),
                      seq=30, kind=K_REGRET, role=ROLE_INS, category=CAT["insight"], decay_class=gm.REGIME,
                      source_conf=cfg.confidence.inferred, importance=0.6, outcome=biased[regret],
                      raw_outcome=cf[regret], has_outcome=True, event_kind="")
@@ -548,80 +763,100 @@ class Mind:
         # attribution): a guess at alternatives with no evidence, so speculative (SPEC §3.4)
         dom = load_d < rc.dominance
         if dom.any():
-            cand.add(prev_ctx[dom], self.topic_names(asset[dom], "dominance-correction"),
+            cand.add(prev_ctx[dom], self.topic_names(s.asset[dom], "dominance-correction"),
                      **{**insight(dom), "force_internal": True},
                      seq=31, kind=K_DOMINANCE, role=ROLE_INS, category=CAT["insight"], decay_class=gm.TACTICAL,
                      source_conf=cfg.confidence.speculative, importance=0.5, outcome=0.0, has_outcome=False,
                      event_kind="")
         harsh = load_p < rc.backcheck_pleasure
         for i in np.flatnonzero(harsh):
-            truth = float(s["truth"][i])
+            truth = float(s.truth[i])
             corrected = load_p[i] + rc.backcheck_weight * max(truth - load_p[i], 0.0)
-            out.events.append(self._event(now, int(ix[i]), "backcheck", value=corrected,
+            out.events.append(self._event(now_ms, int(ix[i]), "backcheck", value=corrected,
                                           payload={"self_evaluation": float(load_p[i]), "ground_truth": truth}))
             pop.mood[ix[i], 0] = corrected
-        # flashbulb check (SPEC §6)
-        trig = flashbulb.triggers(cfg, a, pop.high_a_run[ix], s["tick_pnl"], s["value"], s["new_regime"], s["sev"])
-        any_trig = trig.any(axis=1) & ~s["first"]
-        nwin = flashbulb.in_window(pop.fb_times[ix], now)
-        fb = cfg.flashbulb
-        fired = np.zeros(n, dtype=bool)
+
+    def _flashbulbs(self, cand: Candidates, ix: np.ndarray, now_ms: int, s: Sensed, dd: Decided, tags: dict,
+                    outcome: np.ndarray, out: TickOutput) -> np.ndarray:
+        """The flashbulb check (SPEC §6): a trigger fires a flashbulb entry unless the 24 h budget
+        suppresses it (each outcome an event). Returns which Golems fired one."""
+        pop, fb = self.pop, self.cfg.flashbulb
+        a = s.pad[:, 1]
+        trig = flashbulb.triggers(self.cfg, a, pop.high_a_run[ix], s.tick_pnl, s.value, s.new_regime, s.sev)
+        any_trig = trig.any(axis=1) & ~s.first
+        nwin = flashbulb.in_window(pop.fb_times[ix], now_ms)
+        fired = np.zeros(ix.size, dtype=bool)
         for i in np.flatnonzero(any_trig):
             names = [flashbulb.TRIGGERS[j] for j in np.flatnonzero(trig[i])]
             ok = flashbulb.allowed(float(a[i]), int(nwin[i]), names[0], fb.arousal, fb.max_per_24h, fb.extra_step)
             req = flashbulb.required_arousal(int(nwin[i]), fb.arousal, fb.max_per_24h, fb.extra_step)
             payload = {"triggers": names, "in_window": int(nwin[i]), "required_arousal": req}
             if not ok:
-                out.events.append(self._event(now, int(ix[i]), "flashbulb_suppressed", value=float(a[i]), payload=payload))
+                out.events.append(self._event(now_ms, int(ix[i]), "flashbulb_suppressed", value=float(a[i]),
+                                              payload=payload))
                 continue
             fired[i] = True
             g = int(ix[i])
-            pop.fb_times[g, int(np.argmin(pop.fb_times[g]))] = now
+            pop.fb_times[g, int(np.argmin(pop.fb_times[g]))] = now_ms
             self.flashbulbs[g] += 1
-            out.events.append(self._event(now, g, "flashbulb", value=float(a[i]), payload=payload))
+            out.events.append(self._event(now_ms, g, "flashbulb", value=float(a[i]), payload=payload))
         if fired.any():
-            cand.add(dd["query"][fired], self.topic_names(asset[fired], "flashbulb"),
-                     **{**_sel(common, fired), "flashbulb": True},
+            cand.add(dd.query[fired], self.topic_names(s.asset[fired], "flashbulb"),
+                     **{**_sel(tags, fired), "flashbulb": True},
                      seq=40, kind=K_FLASH, role=ROLE_OBS, category=CAT["episode"], decay_class=gm.STRUCTURAL,
-                     source_conf=cfg.confidence.own, importance=1.0, outcome=outcome[fired], has_outcome=True,
+                     source_conf=self.cfg.confidence.own, importance=1.0, outcome=outcome[fired], has_outcome=True,
                      event_kind="")
+        return fired
+
+    def _store_and_push(self, cand: Candidates, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided, ac: Acted,
+                        out: TickOutput) -> tuple[np.ndarray, np.ndarray]:
+        """Write the candidates (the memory writer gates them); each stored flashbulb costs a forced
+        T2 reflection, keeps its market snapshot and links, and is pushed to the Clade with the
+        confident warnings. Returns (entries written per Golem, the tier paid)."""
+        cfg, pop, gr = self.cfg, self.pop, self.gr
+        now = obs.now_ms
         written = write(cfg, gr, cand, now) if cand.emb else None
         self._report_aborted(cand, now, out)
-        n_written = np.zeros(n, dtype=np.int64)
-        tier = dd["tier"].copy()
-        if written is not None:
-            pos = np.searchsorted(ix, written["golem"])
-            np.add.at(n_written, pos, 1)
-            written["clade"] = pop.clade[written["golem"]]
-            out.entries.append(written)
-            fbw = written["flashbulb"]
-            for r in np.flatnonzero(fbw):
-                i = int(pos[r])
-                g = int(ix[i])
-                tier[i] = 2
-                pop.budget[g] -= cfg.escalation.t2_cost  # T2 reflection, forced for flashbulbs
-                eid = int(written["id"][r])
-                links = tuple(int(x) for x in gr.cols["id"][pop.drove[g][pop.drove[g] >= 0]])
-                gr.links[eid] = links
-                out.snapshots.append(dict(flashbulb_id=eid, golem_id=g, time_ms=now, step=obs.step, close=obs.close.copy(),
-                                          tvl=obs.tvl.copy(), gas=obs.gas, regime=obs.regime,
-                                          position_asset=int(s["asset"][i]), position_exposure=float(ac["exposure_after"][i]),
-                                          links=links))
-                out.pushes.append(dict(sender=g, entry_id=eid, slot=int(written["slot"][r]), alert_type="flashbulb"))
-            out.pushes.extend(warning_pushes(written, cfg.clade.warning_push_confidence))
-        # somatic markers learn from this tick's episode
-        pt = s["pattern"]
-        lr = cfg.somatic.learning_rate
+        n_written = np.zeros(ix.size, dtype=np.int64)
+        tier = dd.tier.copy()
+        if written is None:
+            return n_written, tier
+        pos = np.searchsorted(ix, written["golem"])
+        np.add.at(n_written, pos, 1)
+        written["clade"] = pop.clade[written["golem"]]
+        out.entries.append(written)
+        for r in np.flatnonzero(written["flashbulb"]):
+            i = int(pos[r])
+            g = int(ix[i])
+            tier[i] = 2
+            pop.budget[g] -= cfg.escalation.t2_cost  # T2 reflection, forced for flashbulbs
+            eid = int(written["id"][r])
+            links = tuple(int(x) for x in gr.cols["id"][pop.drove[g][pop.drove[g] >= 0]])
+            gr.links[eid] = links
+            out.snapshots.append(dict(flashbulb_id=eid, golem_id=g, time_ms=now, step=obs.step, close=obs.close.copy(),
+                                      tvl=obs.tvl.copy(), gas=obs.gas, regime=obs.regime,
+                                      position_asset=int(s.asset[i]), position_exposure=float(ac.exposure_after[i]),
+                                      links=links))
+            out.pushes.append(dict(sender=g, entry_id=eid, slot=int(written["slot"][r]), alert_type="flashbulb"))
+        out.pushes.extend(warning_pushes(written, cfg.clade.warning_push_confidence))
+        return n_written, tier
+
+    def _learn_markers(self, ix: np.ndarray, s: Sensed, dd: Decided) -> None:
+        """The somatic marker of the tick's pattern learns from its episode: the emotion's P and A
+        (exponentially weighted), the target chosen, the emotion felt."""
+        pop = self.pop
+        p, a = s.pad[:, 0], s.pad[:, 1]
+        pt = s.pattern
+        lr = self.cfg.somatic.learning_rate
         first_seen = pop.som_cnt[ix, pt] == 0
         pop.som_sum[ix, pt] = np.where(first_seen, p, pop.som_sum[ix, pt] + lr * (p - pop.som_sum[ix, pt]))
         pop.som_arousal[ix, pt] = np.where(first_seen, a, pop.som_arousal[ix, pt] + lr * (a - pop.som_arousal[ix, pt]))
         pop.som_cnt[ix, pt] += 1
-        pop.som_target[ix, pt] = dd["target"]
-        pop.som_emotion[ix, pt, s["emotion"].astype(np.int64)] += 1
-        self._escalations(ix, now, s, dd, tier, fired, out)
-        return dict(n_written=n_written, tier=tier, flashbulb=fired)
+        pop.som_target[ix, pt] = dd.target
+        pop.som_emotion[ix, pt, s.emotion.astype(np.int64)] += 1
 
-    def _escalations(self, ix, now_ms, s, dd, tier, flashbulb_fired, out: TickOutput) -> None:
+    def _escalations(self, ix: np.ndarray, now_ms: int, s: Sensed, dd: Decided, tier: np.ndarray,
+                     flashbulb_fired: np.ndarray, out: TickOutput) -> None:
         """One `escalation` event per Golem whose tick was escalated above T0 (SPEC §5, §13): the
         tier paid and what raised it (probe severity, a negative somatic marker, novelty, a
         flashbulb's forced T2); value = the inference cost."""
@@ -631,8 +866,8 @@ class Mind:
         esc = self.cfg.escalation
         t = tier[up]
         out.events.append(self._events(now_ms, ix[up], "escalation", -1, np.where(t == 2, esc.t2_cost, esc.t1_cost),
-                                       payload={"tier": t.astype(np.int64), "probe": s["sev"][up] >= 2,
-                                                "marker": s["neg_marker"][up], "novelty": dd["novelty"][up],
+                                       payload={"tier": t.astype(np.int64), "probe": s.sev[up] >= 2,
+                                                "marker": s.neg_marker[up], "novelty": dd.novelty[up],
                                                 "flashbulb": flashbulb_fired[up]}))
 
     def _first_sightings(self, golems: np.ndarray, obs: Observation, rows: np.ndarray, event: tuple) -> np.ndarray:
@@ -676,51 +911,68 @@ class Mind:
 
     # ------------------------------------------------------------------ the tick
     def tick(self, ix: np.ndarray, obs: Observation) -> TickOutput:
-        """One heartbeat for the alive Golems `ix` (sorted ids), all in one batch."""
-        pop, cfg = self.pop, self.cfg
+        """One heartbeat for the alive Golems `ix` (sorted ids), all in one batch: those due a
+        dream dream; the others go SENSING -> DECIDING -> ACTING -> REFLECTING, then close the tick."""
         out = TickOutput()
         self._out = out
+        ix, obs = self._dream_if_due(ix, obs, out)
+        if ix.size:
+            s = self.sense(ix, obs)
+            dd = self.decide(ix, obs, s, out)
+            ac = self.act(ix, obs, s, dd)
+            rf = self.reflect(ix, obs, s, dd, ac, out)
+            self._close_tick(ix, obs, s, dd, ac, rf, out)
+        return self._finish(out)
+
+    def _dream_if_due(self, ix: np.ndarray, obs: Observation, out: TickOutput) -> tuple[np.ndarray, Observation]:
+        """The Golems due a dream dream this tick (and the curator and contrarian count it);
+        returns the others and their observation."""
+        pop = self.pop
         dreaming = self._dreaming(ix, obs.now_ms)
-        if dreaming.any():
-            dreamers = ix[dreaming]
-            every_ms = int(round(cfg.dream.every_s * 1000))
-            due = pop.next_dream_ms[dreamers]
-            pop.next_dream_ms[dreamers] = due + every_ms * ((obs.now_ms - due) // every_ms + 1)
-            self.dream(dreamers, obs, out)
-            # curator and contrarian count dream ticks too: they run on every Nth tick, dreaming or not
-            self._maintenance(dreamers, obs, pop.ctx[dreamers], out)
-            pop.tick[dreamers] += 1
-            ix = ix[~dreaming]
-            obs = obs.rows(~dreaming)
-        if ix.size == 0:
-            return self._finish(out)
-        s = self.sense(ix, obs)
-        dd = self.decide(ix, obs, s, out)
-        ac = self.act(ix, obs, s, dd)
-        rf = self.reflect(ix, obs, s, dd, ac, out)
-        path = np.full(ix.size, PATH_TICK, dtype=np.int8)
-        # bookkeeping for the next tick
-        pop.last_price[ix] = s["price"]
-        pop.last_value[ix] = ac["value_after"]
-        pop.last_ms[ix] = obs.now_ms
-        pop.last_regime[ix] = obs.regime
-        pop.regime_seen[ix, obs.regime] = pop.tick[ix]
-        pop.ctx[ix] = dd["query"]
-        pop.last_mem[ix] = dd["mem"]
-        # the decision's expected sign is the bet it holds: long-only Golems holding a position expect
-        # the price to rise; a flat Golem has nothing at stake and no prediction to be right about
-        pop.exp_sign[ix] = (ac["exposure_after"] > 0.1).astype(np.int8)
-        v = mortality.vitality(pop.budget[ix], pop.budget0[ix], ac["value_after"], pop.value0[ix])
+        if not dreaming.any():
+            return ix, obs
+        dreamers = ix[dreaming]
+        every_ms = int(round(self.cfg.dream.every_s * 1000))
+        due = pop.next_dream_ms[dreamers]
+        pop.next_dream_ms[dreamers] = due + every_ms * ((obs.now_ms - due) // every_ms + 1)
+        self.dream(dreamers, obs, out)
+        # curator and contrarian count dream ticks too: they run on every Nth tick, dreaming or not
+        self._maintenance(dreamers, obs, pop.ctx[dreamers], out)
+        pop.tick[dreamers] += 1
+        return ix[~dreaming], obs.rows(~dreaming)
+
+    def _close_tick(self, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided, ac: Acted, rf: Reflected,
+                    out: TickOutput) -> None:
+        """After REFLECTING: what the next tick compares against, the life phase (a Golem whose
+        vitality ran out goes TERMINAL and DEAD), the heartbeat row, maintenance."""
+        pop, cfg = self.pop, self.cfg
+        self._remember(ix, obs, s, dd, ac)
+        v = mortality.vitality(pop.budget[ix], pop.budget0[ix], ac.value_after, pop.value0[ix])
         phase = mortality.phase_of(v, cfg) if cfg.mortality.enabled else np.zeros(ix.size, np.int8)
         pop.phase[ix] = phase
+        path = np.full(ix.size, PATH_TICK, dtype=np.int8)
         dying = phase == 4
         if dying.any():
             self._die(ix[dying], obs, v[dying], out)
             path[dying] = PATH_DEAD
         self._heartbeat_rows(out, ix, obs, path, s, dd, ac, rf, v, phase)
-        self._maintenance(ix[~dying], obs, dd["query"][~dying], out)
+        self._maintenance(ix[~dying], obs, dd.query[~dying], out)
         pop.tick[ix] += 1
-        return self._finish(out)
+
+    def _remember(self, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided, ac: Acted) -> None:
+        """What the next tick's SENSING compares against: price, value, time, regime, context,
+        memory signal and the bet the position holds."""
+        pop = self.pop
+        pop.last_price[ix] = s.price
+        pop.last_value[ix] = ac.value_after
+        pop.last_ms[ix] = obs.now_ms
+        pop.last_regime[ix] = obs.regime
+        pop.regime_seen[ix, obs.regime] = pop.tick[ix]
+        pop.ctx[ix] = dd.query
+        pop.last_mem[ix] = dd.mem
+        # the decision's expected sign is the bet it holds: long-only Golems holding a position expect
+        # the price to rise; a flat Golem has nothing at stake and no prediction to be right about
+        pop.exp_sign[ix] = (ac.exposure_after > 0.1).astype(np.int8)
 
     def _finish(self, out: TickOutput) -> TickOutput:
         if self.pending_entries:
@@ -854,20 +1106,21 @@ class Mind:
                           clade_id=self.pop.clade[golems].astype(np.int64), tick=self.pop.tick[golems].astype(np.int64),
                           entry_id=entry, value=value, payload=(curator, proposal))
 
-    def _heartbeat_rows(self, out, ix, obs, path, s, dd, ac, rf, v, phase) -> None:
+    def _heartbeat_rows(self, out: TickOutput, ix: np.ndarray, obs: Observation, path: np.ndarray, s: Sensed, dd: Decided,
+                        ac: Acted, rf: Reflected, v: np.ndarray, phase: np.ndarray) -> None:
         pop = self.pop
         hb = dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), clade_id=pop.clade[ix].copy(),
             tick=pop.tick[ix].copy(), state_path=path, p=pop.pad[ix, 0].copy(), a=pop.pad[ix, 1].copy(),
             d=pop.pad[ix, 2].copy(), mood_p=pop.mood[ix, 0].copy(), mood_a=pop.mood[ix, 1].copy(),
-            mood_d=pop.mood[ix, 2].copy(), emotion=s["emotion"], label=s["label"], intensity=s["intensity"], tier=rf["tier"],
-            exposure=ac["exposure_after"], target_exposure=dd["target"], value=ac["value_after"], pnl=s["tick_pnl"],
-            cash=pop.cash[ix].copy(), budget=pop.budget[ix].copy(), vitality=v, phase=phase, price=s["price"],
-            regime=np.full(ix.size, obs.regime, dtype=np.int16), probe=s["sev"].astype(np.int8), traded=ac["traded"],
-            trade_failed=ac["failed"], entries_written=rf["n_written"], flashbulb=rf["flashbulb"],
-            n_retrieved=dd["nserved"], retrieval_mean_valence=out.retrievals["served_mean_valence"],
-            memory_signal=dd["mem"], marker_valence=s["marker_valence"], marker_strength=s["marker_strength"].astype(np.int64),
-            marker_escalated=s["neg_marker"] & (s["sev"] < 2), cache_served=s["pos_marker"])
+            mood_d=pop.mood[ix, 2].copy(), emotion=s.emotion, label=s.label, intensity=s.intensity, tier=rf.tier,
+            exposure=ac.exposure_after, target_exposure=dd.target, value=ac.value_after, pnl=s.tick_pnl,
+            cash=pop.cash[ix].copy(), budget=pop.budget[ix].copy(), vitality=v, phase=phase, price=s.price,
+            regime=np.full(ix.size, obs.regime, dtype=np.int16), probe=s.sev.astype(np.int8), traded=ac.traded,
+            trade_failed=ac.failed, entries_written=rf.n_written, flashbulb=rf.flashbulb,
+            n_retrieved=dd.nserved, retrieval_mean_valence=out.retrievals["served_mean_valence"],
+            memory_signal=dd.mem, marker_valence=s.marker_valence, marker_strength=s.marker_strength.astype(np.int64),
+            marker_escalated=s.neg_marker & (s.sev < 2), cache_served=s.pos_marker)
         if out.heartbeats:
             out.heartbeats = {k: np.concatenate([np.asarray(out.heartbeats[k]), np.asarray(hb[k])]) for k in hb}
         else:

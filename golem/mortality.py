@@ -92,17 +92,7 @@ def death_reflection(entries: dict[str, np.ndarray], emb: np.ndarray, topics: li
                                    f"worst {topics[i]} ({conf[i]:.2f})" if i >= 0 else "no memory I acted on was contradicted"))
     subjects[2] = [i] if i >= 0 else []
     # 3 (heavy): what confused me: the most similar pair of memories whose outcomes went opposite ways
-    cand = np.flatnonzero(has_out & (out != 0))
-    cand = cand[np.argsort(-acc[cand], kind="stable")[:max_pairs]]
-    pair = (-1, -1, -np.inf)
-    if cand.size > 1:
-        cos = emb[cand].astype(np.float64) @ emb[cand].astype(np.float64).T
-        opposite = np.sign(out[cand])[:, None] != np.sign(out[cand])[None, :]
-        cos = np.where(opposite & np.triu(np.ones(cos.shape, bool), 1) & (cos >= similar), cos, -np.inf)
-        k = int(np.argmax(cos))
-        if np.isfinite(cos.flat[k]):
-            pair = (int(cand[k // cand.size]), int(cand[k % cand.size]), float(cos.flat[k]))
-    a_, b_, x = pair
+    a_, b_, x = _confusing_pair(emb, out, has_out, acc, similar, max_pairs)
     texts[DEATH_CATEGORIES[3]] = (f"{topics[a_]} and {topics[b_]} looked alike (cosine {x:.2f}) and went opposite ways "
                                   f"({out[a_]:+.2f} vs {out[b_]:+.2f})" if a_ >= 0
                                   else "no two similar situations went opposite ways")
@@ -134,6 +124,22 @@ def death_reflection(entries: dict[str, np.ndarray], emb: np.ndarray, topics: li
                                   if regime_valence else "nothing: I saw no regime long enough")
     subjects[8] = []
     return texts, subjects
+
+
+def _confusing_pair(emb: np.ndarray, out: np.ndarray, has_out: np.ndarray, acc: np.ndarray, similar: float,
+                    max_pairs: int) -> tuple[int, int, float]:
+    """The most similar pair (cosine >= `similar`) of memories whose outcomes went opposite ways,
+    among the `max_pairs` most recalled with an outcome: (i, j, cosine), or (-1, -1, -inf)."""
+    cand = np.flatnonzero(has_out & (out != 0))
+    cand = cand[np.argsort(-acc[cand], kind="stable")[:max_pairs]]
+    if cand.size > 1:
+        cos = emb[cand].astype(np.float64) @ emb[cand].astype(np.float64).T
+        opposite = np.sign(out[cand])[:, None] != np.sign(out[cand])[None, :]
+        cos = np.where(opposite & np.triu(np.ones(cos.shape, bool), 1) & (cos >= similar), cos, -np.inf)
+        k = int(np.argmax(cos))
+        if np.isfinite(cos.flat[k]):
+            return int(cand[k // cand.size]), int(cand[k % cand.size]), float(cos.flat[k])
+    return -1, -1, -np.inf
 
 
 def reflection_embedding(base: np.ndarray, emb: np.ndarray, subjects: dict[int, list[int]],

@@ -1,4 +1,4 @@
-"""Checkpoints and resume (SPEC §13: a run killed mid-way resumes to the same result).
+"""Checkpoints (SPEC §13: a run killed mid-way resumes to the same result; sim.resume resumes it).
 
 At every periodic recorder flush the world saves its whole state to `RUN/checkpoint/`:
 Population arrays; the Grimoire's used slots (columns, embeddings, fingerprints) and its small
@@ -19,7 +19,7 @@ and rewritten identically.
 Files: `state-NNNNN.arrays` (the arrays as .npy records back to back) then `state-NNNNN.json`
 (everything else, with the arrays' offsets, size and sha256, the sha256 of every part file the
 state covers, and its own sha256) are each written to a temporary name, fsynced and renamed; the
-json is the commit point. The two newest states are kept: `resume` checks a state against its
+json is the commit point. The two newest states are kept: `load` checks a state against its
 checksums and falls back to the one before when it fails them, reporting the damaged one as
 corrupt (never as "no checkpoint"). A state names no paths: its arrays file is the one of its own
 number in the same folder, so a damaged json cannot send a resume outside the run directory.
@@ -51,14 +51,14 @@ from golem import grimoire as gm
 from sim.market import MarketEvent, Tape
 from sim import rundir
 from sim.errors import clip, escape
-from sim.recorder import TABLES, Recorder, _json_default, atomic_write_bytes
+from sim.recorder import TABLES, _json_default, atomic_write_bytes
 from sim.scenario import InputError
 
 FORMAT = 5   # the checkpoint layout (batched Clade deliveries, arrays as raw .npy records, checksums); resume refuses others
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 _OURS = re.compile(r"state-\d{5,}\.(json|arrays)(\.tmp)?$")
-_PART = re.compile(r"part-(\d{5,})\.parquet$")
+PART_NAME = re.compile(r"part-(\d{5,})\.parquet$")
 
 
 class CheckpointError(RuntimeError):
@@ -431,7 +431,7 @@ def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None) -> tu
         raise Corrupt(f"time {meta['now_s']:g} s is not the time of flush {number} ({number * flush_every_s:g} s)")
     for rel, h in meta["parts"].items():
         t, _, name = str(rel).partition("/")
-        m = _PART.fullmatch(name)
+        m = PART_NAME.fullmatch(name)
         if t not in TABLES or not m or int(m.group(1)) >= number or not isinstance(h, str):
             raise Corrupt(f"parts: {clip(escape(str(rel)))}: not a part before {number} of a table")
     path = ckdir / f"state-{number:05d}.arrays"     # never a path from the file: its own arrays, here
@@ -472,110 +472,4 @@ def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | 
     return None
 
 
-# ------------------------------------------------------------------------------------ resume
-def _check_parts(run_dir: Path, ck: Checkpoint) -> None:
-    """The parts before the state, as the state recorded them; no others in their place."""
-    listed = ck.meta["parts"]
-    for rel, h in listed.items():
-        f = run_dir / rel
-        if not f.is_file():
-            raise InputError(f"{f}: part file missing (the checkpoint {ck.path.name} covers it); the run directory "
-                             "is damaged: run the scenario again")
-        if rundir.sha256_file(f) != h:
-            raise InputError(f"{f}: content differs from the sha256 in checkpoint {ck.path.name} (damaged or "
-                             "changed after it was written); run the scenario again")
-    for t in TABLES:
-        d = run_dir / t
-        if not d.is_dir():
-            continue
-        for f in d.iterdir():
-            m = _PART.fullmatch(f.name)
-            if m and int(m.group(1)) < ck.part and f"{t}/{f.name}" not in listed:
-                raise InputError(f"{f}: a part file the checkpoint {ck.path.name} does not list; expected only the "
-                                 "parts the run wrote (move it away to resume)")
-
-
-def _drop_parts_from(run_dir: Path, part: int) -> list[str]:
-    """Remove the part files the run wrote after the checkpoint (index >= part; they are rewritten
-    identically) and its half-written temporaries; nothing else. Returns what it removed."""
-    removed = []
-    for t in TABLES:
-        d = run_dir / t
-        if not d.is_dir() or d.is_symlink():
-            continue
-        for f in d.iterdir():
-            m = _PART.fullmatch(f.name)
-            tmp = f.name.endswith(".parquet.tmp") and _PART.fullmatch(f.name[:-4])
-            if (m and int(m.group(1)) >= part) or tmp:
-                f.unlink()
-                removed.append(f"{t}/{f.name}")
-    return removed
-
-
-def resume(run_dir: str | Path, progress=None):
-    """Continue an interrupted, killed or (for a machine's reason: a full disk) failed run from its
-    latest good checkpoint to its end.
-
-    The scenario, config and seed come from the manifest, the tape from the checkpoint (so neither
-    a changed tape file nor key order lost in JSON can change the market). The finished tables are
-    byte-identical to an uninterrupted run's. `result.manifest["checkpoint_rejected"]` lists
-    states skipped as corrupt.
-    """
-    from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
-    from sim.run import Hold, build_world, configure_logging, drive
-    from sim import resources
-
-    run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    mpath = run_dir / "manifest.json"
-    if manifest.get("status") == "complete":
-        raise InputError(f"{mpath}: status: the run is complete; nothing to resume")
-    failure = manifest.get("failure") or {}
-    if manifest.get("status") == "failed" and not failure.get("resumable"):
-        raise InputError(f"{mpath}: status: the run failed ({clip(escape(str(manifest.get('error'))), 160)}); it was "
-                         "not interrupted and resuming would repeat the failure; expected an interrupted or killed run")
-    ckdir = run_dir / "checkpoint"
-    if ckdir.is_symlink() or (ckdir.exists() and not ckdir.resolve().is_relative_to(run_dir.resolve())):
-        raise InputError(f"{ckdir}: points outside the run directory; expected the run's own checkpoint folder")
-    hold = Hold(rundir.lock_existing(run_dir), None)
-    try:
-        rejected: list[str] = []
-        flush = manifest["config"].get("recording.flush_every_s")
-        ck = load(ckdir, rejected, flush if isinstance(flush, (int, float)) and not isinstance(flush, bool) else None)
-        if ck is None:
-            raise InputError(f"{ckdir}: no complete checkpoint (the run stopped before its first one: a big world's "
-                             "first comes after 100 x its save time, see BUDGET); expected a run that checkpointed "
-                             "at least once — run it again")
-        scenario = scenario_from_manifest(manifest, run_dir)
-        cfg = config_from_manifest(manifest, run_dir)
-        _check_parts(run_dir, ck)
-        resources.check(scenario, cfg, str(mpath), record=True)
-        seed = int(manifest["seed"])
-        tape = ck.tape()
-        from sim.plugins import resolve as resolve_plugins
-        plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded
-                                  source=f"{mpath} scenario")
-        world = build_world(scenario, cfg, tape, seed, progress, str(mpath), plugins=plugins)
-        hold.reserve = rundir.Reserve(run_dir)
-        _drop_parts_from(run_dir, ck.part)
-        configure_logging(run_dir)
-        rec = Recorder(run_dir, part_start=ck.part)
-        rec.part_sha = dict(ck.meta["parts"])
-        world.rec = rec
-        world.checkpoint_dir = ckdir
-        ck.restore(world)
-    except BaseException:
-        hold.release()
-        raise
-    stop = {k: manifest.get(k) for k in ("status", "stopped_at_s", "error", "signal", "failure") if manifest.get(k)}
-    manifest.setdefault("stops", []).append(stop)
-    manifest.update(status="running", resumed_from_s=ck.now_s, resumes=int(manifest.get("resumes", 0)) + 1,
-                    checkpoint=ck.path.name, checkpoint_rejected=rejected)
-    for k in ("stopped_at_s", "error", "signal", "failure", "hashes", "files", "row_counts", "flush_error",
-              "hash_error"):
-        manifest.pop(k, None)
-    rundir.write_manifest(run_dir, manifest)
-    return drive(world, manifest, run_dir, True, scenario.duration_s, resume=ck, hold=hold)
-
-
-__all__ = ["save", "load", "resume", "Checkpoint", "CheckpointError"]
+__all__ = ["save", "load", "maybe_save", "Checkpoint", "CheckpointError", "PART_NAME"]

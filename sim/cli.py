@@ -268,11 +268,12 @@ def report(run_dir: Path = typer.Argument(..., help="run directory"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Write a self-contained HTML report of a run (figures embedded), optionally next to another."""
     from sim.report import render_report
-    from sim.rundir import check_writable_file, open_run
+    from sim.replay import read_run
+    from sim.rundir import check_writable_file
     for p in [run_dir] + ([compare] if compare else []):
         if not (p / "heartbeats").is_dir():
             fail(f"{p}: not a run directory (no heartbeats table)")
-        open_run(p, "a report")        # manifest shape, every part's schema and its recorded sha256
+        read_run(p, "a report")        # manifest shape, every part's schema and its recorded sha256
     target = out_file or run_dir / "report.html"
     check_writable_file(target)
     try:
@@ -341,7 +342,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
 def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed run directory"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Continue a run from its latest checkpoint; the tables end byte-identical to an uninterrupted run."""
-    from sim.checkpoint import resume as do_resume
+    from sim.resume import resume as do_resume
     from sim.notices import compile_notice
     try:
         with compile_notice(lambda m: None if quiet else note(m)):

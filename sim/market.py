@@ -105,19 +105,10 @@ def generate(mcfg, duration_s: float, seed: int) -> Tape:
     T = int(duration_s * 1000 // step_ms) + 2
     A = len(mcfg.assets)
     names = tuple(mcfg.regimes)
-    ridx = {n: i for i, n in enumerate(names)}
     drift = np.array([mcfg.regimes[n].drift for n in names])
     vol = np.array([mcfg.regimes[n].vol for n in names])
     jump_rate = np.array([mcfg.regimes[n].jump_rate for n in names])
     jump_size = np.array([mcfg.regimes[n].jump_size for n in names])
-    leave = np.array([min(1.0, mcfg.step_s / mcfg.regimes[n].mean_duration_s) for n in names])
-    trans = np.zeros((len(names), len(names)))
-    for i, n in enumerate(names):
-        row = mcfg.regimes[n].next or {m: 1.0 for m in names if m != n}
-        for m, w in row.items():
-            trans[i, ridx[m]] = w
-        trans[i] /= max(trans[i].sum(), 1e-12)
-    forced = {int(f.at_s * 1000 // step_ms): ridx[f.regime] for f in mcfg.regime_schedule}
 
     # draws in bulk, in a fixed order, so the tape depends on (seed, scenario) alone
     z_common = rng.standard_normal(T)
@@ -127,16 +118,7 @@ def generate(mcfg, duration_s: float, seed: int) -> Tape:
     u_jump = rng.random((T, A))
     z_gas = rng.standard_normal(T)
 
-    regime = np.empty(T, dtype=np.int16)
-    r = ridx[mcfg.initial_regime]
-    for t in range(T):
-        if t in forced:
-            r = forced[t]
-        elif t > 0 and u_leave[t] < leave[r]:
-            r = int(np.searchsorted(np.cumsum(trans[r]), u_next[t], side="right"))
-            r = min(r, len(names) - 1)
-        regime[t] = r
-
+    regime = _regime_path(mcfg, names, step_ms, u_leave, u_next)
     beta = np.array([a.beta for a in mcfg.assets])
     stable = np.array([a.stable for a in mcfg.assets])
     rho = mcfg.correlation
@@ -148,7 +130,55 @@ def generate(mcfg, duration_s: float, seed: int) -> Tape:
 
     gas = mcfg.gas.base_gwei * np.exp(mcfg.gas.vol * z_gas)
     tvl_scale = np.ones((T, A))
+    events = _scheduled_events(mcfg, step_ms, logret, gas, tvl_scale, beta, stable)
 
+    p0 = np.array([a.price for a in mcfg.assets])
+    close = p0 * np.exp(np.cumsum(logret, axis=0))
+    opn = np.vstack([p0[None, :], close[:-1]])
+    intra = np.abs(vol[regime])[:, None] * 0.5 * np.abs(z_own)
+    high = np.maximum(opn, close) * np.exp(intra)
+    low = np.minimum(opn, close) * np.exp(-intra)
+    volume = np.abs(logret) * 1e6 + 1e4
+    tvl = np.array([a.tvl for a in mcfg.assets])[None, :] * tvl_scale
+    return Tape(time_ms=np.arange(T, dtype=np.int64) * step_ms, bar_ms=0,
+                assets=tuple(a.name for a in mcfg.assets), protocols=tuple(a.protocol for a in mcfg.assets),
+                open=opn, high=high, low=low, close=close, volume=volume, tvl=tvl, gas=gas,
+                funding=np.full(T, np.nan), regime=regime, regime_names=names, events=events,
+                normal_vol=mcfg.normal_vol * np.where(stable, 0.02, np.abs(beta)), normal_interval_ms=step_ms)
+
+
+def _regime_path(mcfg, names: tuple[str, ...], step_ms: int, u_leave: np.ndarray, u_next: np.ndarray) -> np.ndarray:
+    """The regime of each step: a Markov chain that leaves a regime with probability step /
+    mean_duration (to its `next` weights, or any other regime alike), except where the schedule
+    forces one."""
+    T = u_leave.size
+    ridx = {n: i for i, n in enumerate(names)}
+    leave = np.array([min(1.0, mcfg.step_s / mcfg.regimes[n].mean_duration_s) for n in names])
+    trans = np.zeros((len(names), len(names)))
+    for i, n in enumerate(names):
+        row = mcfg.regimes[n].next or {m: 1.0 for m in names if m != n}
+        for m, w in row.items():
+            trans[i, ridx[m]] = w
+        trans[i] /= max(trans[i].sum(), 1e-12)
+    forced = {int(f.at_s * 1000 // step_ms): ridx[f.regime] for f in mcfg.regime_schedule}
+    regime = np.empty(T, dtype=np.int16)
+    r = ridx[mcfg.initial_regime]
+    for t in range(T):
+        if t in forced:
+            r = forced[t]
+        elif t > 0 and u_leave[t] < leave[r]:
+            r = int(np.searchsorted(np.cumsum(trans[r]), u_next[t], side="right"))
+            r = min(r, len(names) - 1)
+        regime[t] = r
+    return regime
+
+
+def _scheduled_events(mcfg, step_ms: int, logret: np.ndarray, gas: np.ndarray, tvl_scale: np.ndarray,
+                      beta: np.ndarray, stable: np.ndarray) -> list[MarketEvent]:
+    """The scenario's events, each written into the tape (in place: its impact spread over its
+    duration, a gas spike's multiplier, an exploit's or rug pull's lost TVL, a depeg's recovery)
+    and returned as the tape's `MarketEvent`s."""
+    T = logret.shape[0]
     events: list[MarketEvent] = []
     for ev in mcfg.events:
         a = -1 if ev.asset is None else [x.name for x in mcfg.assets].index(ev.asset)
@@ -173,20 +203,7 @@ def generate(mcfg, duration_s: float, seed: int) -> Tape:
             impact=ev.impact, duration_ms=n_steps * step_ms, tokens=ev.tokens or EVENT_TOKENS.get(ev.kind, ev.kind),
             detect_lag_ms=int(ev.detect_lag_s * 1000), detect_jitter_ms=int(ev.detect_jitter_s * 1000),
             early_detectors=tuple(ev.early_detectors)))
-
-    p0 = np.array([a.price for a in mcfg.assets])
-    close = p0 * np.exp(np.cumsum(logret, axis=0))
-    opn = np.vstack([p0[None, :], close[:-1]])
-    intra = np.abs(vol[regime])[:, None] * 0.5 * np.abs(z_own)
-    high = np.maximum(opn, close) * np.exp(intra)
-    low = np.minimum(opn, close) * np.exp(-intra)
-    volume = np.abs(logret) * 1e6 + 1e4
-    tvl = np.array([a.tvl for a in mcfg.assets])[None, :] * tvl_scale
-    return Tape(time_ms=np.arange(T, dtype=np.int64) * step_ms, bar_ms=0,
-                assets=tuple(a.name for a in mcfg.assets), protocols=tuple(a.protocol for a in mcfg.assets),
-                open=opn, high=high, low=low, close=close, volume=volume, tvl=tvl, gas=gas,
-                funding=np.full(T, np.nan), regime=regime, regime_names=names, events=events,
-                normal_vol=mcfg.normal_vol * np.where(stable, 0.02, np.abs(beta)), normal_interval_ms=step_ms)
+    return events
 
 
 def probe_severity(tape: Tape, seed: int, golem_ids: np.ndarray, assets: np.ndarray, now_ms: int, since_ms=None):

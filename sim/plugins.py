@@ -42,23 +42,6 @@ class PluginFailed(InputError):
     an InputError, so the command line reports it as one line with exit status 2."""
 
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
-_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-def check_spec(spec: str) -> str:
-    """Syntax of a plug-in name (for the scenario model): a name, module:function or file.py:function."""
-    if not isinstance(spec, str):
-        raise ValueError(f"expected a name or module:function, got {spec!r}")
-    if _NAME.fullmatch(spec):
-        return spec
-    head, sep, attr = spec.rpartition(":")
-    if sep and head and _TARGET.fullmatch(attr) and (head.endswith(".py") or _TARGET.fullmatch(head)):
-        return spec
-    raise ValueError(f"expected a registered name (e.g. momentum) or a plug-in as package.module:function or "
-                     f"path/to/file.py:function, got {spec!r}")
-
-
 @dataclass
 class Plugins:
     """The run's plug-ins: strategies in code order, each group's code, hooks and their groups."""

@@ -88,6 +88,22 @@ def config_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, An
         raise InputError(format_validation_error(err, label, model=config_model())) from None
 
 
+def read_run(run_dir: str | Path, purpose: str, *, verify_hashes: bool = True,
+             need_complete: bool = False) -> dict:
+    """Manifest read and tables checked before `purpose` (report, diff ...) reads anything."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: not found; expected a run directory (made by golem-sim run)")
+    m = rundir.read_manifest(run_dir)
+    if need_complete and m["status"] != "complete":
+        raise InputError(f"{run_dir / 'manifest.json'}: status: {m['status']!r}; expected a complete run for "
+                         f"{purpose}")
+    rundir.check_tables(run_dir, m, verify_hashes=verify_hashes and m["status"] == "complete")
+    scenario_from_manifest(m, run_dir)        # the recorded scenario and config, as the model reads them
+    config_from_manifest(m, run_dir)
+    return m
+
+
 def run_tape_info(tape, run_dir: Path) -> dict:
     """manifest["tape"] of a run whose market is another run's recorded tape."""
     from sim.tape_market import tape_facts
@@ -243,7 +259,7 @@ def counterfactual(run_dir: str | Path, sets: list[str], out_dir: str | Path, pr
     from sim.run import execute_prepared
     from sim.tape_market import tape_from_run
     run_dir = Path(run_dir)
-    m = rundir.open_run(run_dir, "a counterfactual", need_complete=True)
+    m = read_run(run_dir, "a counterfactual", need_complete=True)
     cfg_sets, scen_sets = config_layers.split_sets(sets)
     for k in scen_sets:
         if k.split(".")[0] == "market":
@@ -321,10 +337,10 @@ def clade_summary(run_dir: str | Path) -> pl.DataFrame:
 
 def diff_runs(run_a: str | Path, run_b: str | Path) -> pl.DataFrame:
     """Side by side per Clade and metric: a, b and b - a (long form: clade, metric, a, b, delta).
-    Both runs' manifests and part files are checked first (sim.rundir.open_run: schemas and the
+    Both runs' manifests and part files are checked first (`read_run`: schemas and the
     recorded sha256 of every part), so a damaged run is named instead of compared."""
     for r in (run_a, run_b):
-        rundir.open_run(r, "diff")
+        read_run(r, "diff")
     sa, sb = clade_summary(run_a), clade_summary(run_b)
     clades = list(dict.fromkeys(sa["clade"].to_list() + sb["clade"].to_list()))
     rows = []

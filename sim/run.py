@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from sim.checkpoint import maybe_save
 from sim import config_layers, resources, rundir
 from sim.errors import clip, escape, one_line, show
 from sim.market import generate
@@ -182,16 +183,16 @@ def open_run(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path | None,
             hold.reserve = rundir.Reserve(run_dir)
             configure_logging(run_dir)
             world.rec = Recorder(run_dir)
-            world.record_tape_events()
+            world.tables.tape_events()
             if checkpoint:
-                world.checkpoint_dir = run_dir / "checkpoint"
+                world.checkpoint_dir, world.checkpointer = run_dir / "checkpoint", maybe_save
             rundir.write_manifest(run_dir, manifest)
         except OSError as exc:
             hold.release()
             raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror or exc}") from None
         structlog.get_logger().info("run_start", scenario=scenario.name, seed=run_seed, golems=world.pop.n)
     elif recorder is not None:
-        world.record_tape_events()
+        world.tables.tape_events()
     return world, manifest, run_dir
 
 

@@ -326,22 +326,5 @@ def _part_index(f: Path) -> int:
         return -1
 
 
-def open_run(run_dir: str | Path, purpose: str, *, verify_hashes: bool = True,
-             need_complete: bool = False) -> dict:
-    """Manifest read and tables checked before `purpose` (report, diff ...) reads anything."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: not found; expected a run directory (made by golem-sim run)")
-    m = read_manifest(run_dir)
-    if need_complete and m["status"] != "complete":
-        raise InputError(f"{run_dir / 'manifest.json'}: status: {m['status']!r}; expected a complete run for "
-                         f"{purpose}")
-    check_tables(run_dir, m, verify_hashes=verify_hashes and m["status"] == "complete")
-    from sim.replay import config_from_manifest, scenario_from_manifest
-    scenario_from_manifest(m, run_dir)        # the recorded scenario and config, as the model reads them
-    config_from_manifest(m, run_dir)
-    return m
-
-
-__all__ = ["check_target", "check_writable_file", "claim", "lock_existing", "Reserve", "read_manifest", "check_tables", "open_run",
+__all__ = ["check_target", "check_writable_file", "claim", "lock_existing", "Reserve", "read_manifest", "check_tables",
            "hashes", "sha256_file", "is_disk_full", "write_manifest"]

@@ -287,9 +287,21 @@ class MarketSpec(_M):
         return self
 
 
-def _plugin_spec(v):
-    from sim.plugins import check_spec
-    return check_spec(v)
+_PLUGIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+_PLUGIN_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _plugin_spec(spec: str) -> str:
+    """Syntax of a plug-in name (sim.plugins loads it): a name, module:function or file.py:function."""
+    if not isinstance(spec, str):
+        raise ValueError(f"expected a name or module:function, got {spec!r}")
+    if _PLUGIN_NAME.fullmatch(spec):
+        return spec
+    head, sep, attr = spec.rpartition(":")
+    if sep and head and _PLUGIN_TARGET.fullmatch(attr) and (head.endswith(".py") or _PLUGIN_TARGET.fullmatch(head)):
+        return spec
+    raise ValueError(f"expected a registered name (e.g. momentum) or a plug-in as package.module:function or "
+                     f"path/to/file.py:function, got {spec!r}")
 
 
 #: a registered name (momentum) or a plug-in: package.module:function, path/to/file.py:function (sim.plugins)

@@ -1,7 +1,7 @@
 """A Mind on a hand-built world, for tests that check one rule at a time.
 
 `mind()` gives a Mind over a small Population and Grimoire; `observation()` a market observation
-made by hand; `sensed()`, `decided()` and `acted()` the dicts the FSM states hand each other, with
+made by hand; `sensed()`, `decided()` and `acted()` the records the FSM states hand each other, with
 every field a calm, ordinary tick would have, so a test sets only what its rule is about and calls
 `Mind.decide` or `Mind.reflect` directly (no appraisal dynamics in between).
 """
@@ -11,7 +11,7 @@ import numpy as np
 
 from golem import grimoire as gm
 from golem.config import build_config, default_table
-from golem.heartbeat import Mind, Observation, TickOutput
+from golem.heartbeat import Acted, Decided, Mind, Observation, Sensed, TickOutput
 from golem.population import Population
 
 DAY = 86_400_000
@@ -57,36 +57,34 @@ def observation(m: Mind, now_ms: int = DAY, events=(), sees=None, event_assets=N
                        ref_rate=np.full(a, 0.003 / np.sqrt(300.0)))   # the default normal: 0.003 per 5 min
 
 
-def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> dict:
+def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> Sensed:
     """What SENSING hands on, for Golems ix: a calm tick with no move, no event, no marker; the mood
     is the emotion unless given (what reflection's emotional load reads), the ground truth of the
     outcome neutral."""
+    from golem import appraisal
     ix = np.asarray(ix, dtype=np.int64)
     b = ix.size
     z = np.zeros(b)
-    s = dict(asset=m.pop.asset[ix].astype(np.int64), price=np.full(b, 100.0), ret=z.copy(), lr=z.copy(),
+    s = dict(asset=m.pop.asset[ix].astype(np.int64), price=np.full(b, 100.0), ret=z.copy(),
              value=np.full(b, 10_000.0), tick_pnl=z.copy(), vol_ratio=np.ones(b), regime=np.zeros(b, np.int64),
              regime_shift=np.zeros(b, bool), new_regime=np.zeros(b, bool), sev=np.zeros(b, np.int64),
-             sgn=np.zeros(b, np.int64), prediction=np.zeros(b, np.int64), held=np.zeros(b, bool),
              pad=np.broadcast_to(np.asarray(pad, dtype=np.float64), (b, 3)).copy(), label=np.zeros(b, np.int8),
              emotion=np.zeros(b, np.int8), intensity=z.copy(), recent_losses=np.zeros(b, np.int64),
              pattern=np.zeros(b, np.int64), neg_marker=np.zeros(b, bool), pos_marker=np.zeros(b, bool),
              marker_valence=z.copy(), marker_strength=np.zeros(b, np.int32), tier=np.zeros(b, np.int64),
-             first=np.zeros(b, bool), exploit_held=np.zeros(b, bool), reflex={}, truth=z.copy(),
-             danger=np.zeros(b, bool))
+             first=np.zeros(b, bool), reflex={}, truth=z.copy(), danger=np.zeros(b, bool))
     s["mood"] = np.broadcast_to(np.asarray(pad if mood is None else mood, dtype=np.float64), (b, 3)).copy()
     for k, v in over.items():
         s[k] = np.broadcast_to(np.asarray(v), np.shape(s[k])).copy() if isinstance(s[k], np.ndarray) else v
-    from golem import appraisal
     p, a, d = s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2]
     if "emotion" not in over:
         s["emotion"] = appraisal.classify_batch(p, a, d, m.protos)
     if "intensity" not in over:
         s["intensity"] = appraisal.intensity_batch(p, a, d)
-    return s
+    return Sensed(**s)
 
 
-def decided(m: Mind, ix, query=None, **over) -> dict:
+def decided(m: Mind, ix, query=None, **over) -> Decided:
     """What DECIDING hands on: the query the Golems recalled with (their stored context unless
     given), the target they chose, T0 and nothing novel."""
     ix = np.asarray(ix, dtype=np.int64)
@@ -95,16 +93,16 @@ def decided(m: Mind, ix, query=None, **over) -> dict:
               target=np.full(b, 0.5), mem=np.zeros(b), tier=np.zeros(b, np.int64), nserved=np.zeros(b, np.int64),
               novelty=np.zeros(b, bool))
     dd.update({k: np.asarray(v) for k, v in over.items()})
-    return dd
+    return Decided(**dd)
 
 
-def acted(ix, exposure_before=0.0, dexp=0.0, traded=False) -> dict:
+def acted(ix, exposure_before=0.0, dexp=0.0, traded=False) -> Acted:
     """What ACTING hands on: the exposure the Golem came to (before its trade) and its trade."""
     b = np.asarray(ix).size
     e = np.broadcast_to(np.asarray(exposure_before, dtype=np.float64), (b,)).copy()
     d = np.broadcast_to(np.asarray(dexp, dtype=np.float64), (b,)).copy()
-    return dict(exposure_before=e, dexp=d, traded=np.broadcast_to(np.asarray(traded), (b,)).copy(),
-                failed=np.zeros(b, bool), exposure_after=e + d, value_after=np.full(b, 10_000.0))
+    return Acted(exposure_before=e, dexp=d, traded=np.broadcast_to(np.asarray(traded), (b,)).copy(),
+                 failed=np.zeros(b, bool), exposure_after=e + d, value_after=np.full(b, 10_000.0))
 
 
 def written(out: TickOutput) -> dict[str, np.ndarray]:

@@ -209,13 +209,13 @@ def _unit_markers(cfg):
     import minds
     n = 8
     obs = minds.observation(minds.mind(n=n, cfg=cfg))
-    pattern = minds.mind(n=n, cfg=cfg).sense(np.arange(n), obs)["pattern"]
+    pattern = minds.mind(n=n, cfg=cfg).sense(np.arange(n), obs).pattern
     m = minds.mind(n=n, cfg=cfg)
     m.pop.som_cnt[np.arange(n), pattern] = [3, 4, 5, 3, 4, 5, 4, 2]
     m.pop.som_sum[np.arange(n), pattern] = [-0.45, -0.45, -0.6, 0.45, 0.45, 0.6, -0.55, 0.55]
     m.pop.som_target[np.arange(n), pattern] = 0.2
     s = m.sense(np.arange(n), obs)
-    return s["neg_marker"].tolist(), s["pos_marker"].tolist(), s["tier"].tolist()
+    return s.neg_marker.tolist(), s.pos_marker.tolist(), s.tier.tolist()
 
 
 def _unit_flashbulb_triggers(cfg):

@@ -308,7 +308,7 @@ def test_every_topic_can_reactivate_when_its_moment_comes():
     m = minds.mind(n=1, cfg=minds.config(**{"retrieval.top_k": 8}))
     obs = minds.observation(m, events=[("flash_crash", 2, "flash-crash cascade")])
     calm = minds.sensed(m, IX, pad=(-0.2, 0.2, -0.1), sev=2)
-    q = _decide(m, calm, obs)["query"].astype(np.float64)
+    q = _decide(m, calm, obs).query.astype(np.float64)
     topics = ["ETH/price-move", "ETH/trade", "ETH/flash_crash", "ETH/flashbulb", "ETH/dominance-correction",
               "ETH/death-reflection", "BTC/trade", "ETH/gas_spike"]
     _tagged(m, 0, np.repeat(q, len(topics), axis=0), topics)
@@ -328,7 +328,7 @@ def test_reactivation_needs_cosine_0_8():
     m = minds.mind(n=1)
     obs = minds.observation(m)
     s = minds.sensed(m, IX, pad=(-0.2, 0.2, -0.1))
-    q = _decide(m, s, obs)["query"].astype(np.float64)[0]
+    q = _decide(m, s, obs).query.astype(np.float64)[0]
     u = np.random.default_rng(4).standard_normal(q.size)
     u -= (u @ q) * q
     u /= np.linalg.norm(u)
@@ -337,7 +337,7 @@ def test_reactivation_needs_cosine_0_8():
     _decide(m, s, obs)
     assert m.gr.cols["reactivated"][:2].tolist() == [True, False]
     m2 = minds.mind(n=1, cfg=minds.config(**{"decay.reactivation_cosine": 0.7}))
-    q2 = _decide(m2, s, obs)["query"].astype(np.float64)[0]
+    q2 = _decide(m2, s, obs).query.astype(np.float64)[0]
     _tagged(m2, 0, [0.79 * q2 + math.sqrt(1 - 0.79**2) * u], ["ETH/price-move"])
     _decide(m2, s, obs)
     assert m2.gr.cols["reactivated"][0]
@@ -349,7 +349,7 @@ def test_novelty_is_the_pools_best_semantic_match():
     m = minds.mind(n=1, cfg=minds.config(**{"retrieval.top_k": 1}))
     obs = minds.observation(m, now_ms=100 * DAY)
     s = minds.sensed(m, IX)
-    q = _decide(m, s, obs)["query"].astype(np.float64)[0]
+    q = _decide(m, s, obs).query.astype(np.float64)[0]
     u = np.random.default_rng(5).standard_normal(q.size)
     u -= (u @ q) * q
     u /= np.linalg.norm(u)
@@ -357,11 +357,11 @@ def test_novelty_is_the_pools_best_semantic_match():
         created_ms=0, last_access_ms=np.array([100 * DAY, 100 * DAY - 1000 * 3_600_000]), window_ms=np.inf,
         decay_class=gm.STRUCTURAL, importance=np.array([1.0, 0.0], np.float32), confidence=np.float32(0.5)))
     dd = _decide(m, s, obs)
-    assert dd["nserved"][0] == 1 and m.gr.cols["access_count"][0] == 1   # the cosine-0.3 entry is served
-    assert not dd["novelty"][0] and dd["tier"][0] == 0
+    assert dd.nserved[0] == 1 and m.gr.cols["access_count"][0] == 1   # the cosine-0.3 entry is served
+    assert not dd.novelty[0] and dd.tier[0] == 0
     m.gr.cols["status"][1] = gm.ARCHIVED                                  # nothing eligible resembles it now
     dd = _decide(m, s, obs)
-    assert dd["novelty"][0] and dd["tier"][0] == 1
+    assert dd.novelty[0] and dd.tier[0] == 1
 
 
 # ----------------------------------------------------------------------------- §13, §3.3
@@ -588,7 +588,7 @@ def test_contrarian_needs_confidence_0_6_and_the_opposite_valence_and_keeps_top_
     assert len(got) == 5 and 0 not in got and 8 not in got
     assert figs["pool_n"][0] == 7 and m.pop.contrarian_pending.shape == (1, 5)
     dd = m.decide(IX, minds.observation(m), minds.sensed(m, IX), TickOutput())    # weighs all five
-    assert (m.pop.contrarian_pending[0] == -1).all() and dd["mem"].shape == (1,)
+    assert (m.pop.contrarian_pending[0] == -1).all() and dd.mem.shape == (1,)
 
 
 @pytest.mark.parametrize("pnl, fires", [(-501.0, True), (-499.0, False), (501.0, True), (500.0, False), (-500.0, False)])
@@ -605,14 +605,14 @@ def test_flashbulb_pnl_trigger_is_5_percent_of_value(pnl, fires):
 def test_a_negative_somatic_marker_escalates_only_with_strength_above_3(strength, escalated):
     """SPEC §5 SENSING: valence < -0.5 and strength > 3 escalate an all-normal tick to T1."""
     obs = minds.observation(minds.mind(n=1))
-    pattern = minds.mind(n=1).sense(IX, obs)["pattern"][0]           # this tick's pattern
+    pattern = minds.mind(n=1).sense(IX, obs).pattern[0]           # this tick's pattern
     m = minds.mind(n=1)
     m.pop.som_sum[0, pattern], m.pop.som_cnt[0, pattern] = -0.6, strength
     s = m.sense(IX, obs)
-    assert bool(s["neg_marker"][0]) == escalated and s["tier"][0] == int(escalated)
+    assert bool(s.neg_marker[0]) == escalated and s.tier[0] == int(escalated)
     m2 = minds.mind(n=1)
     m2.pop.som_sum[0, pattern], m2.pop.som_cnt[0, pattern] = -0.4, 10    # not negative enough
-    assert not m2.sense(IX, obs)["neg_marker"][0]
+    assert not m2.sense(IX, obs).neg_marker[0]
 
 
 def test_writer_promotes_one_class_never_above_regime_and_windows_hold_the_tier_ttl():

@@ -26,6 +26,48 @@ def test_golem_never_imports_simpy_or_sim():
                 assert n.split(".")[0] not in ("simpy", "sim"), f"{f.name} imports {n}"
 
 
+def _sim_imports(path) -> set[str]:
+    """The sim modules a sim module imports, at module level or inside a function: an import
+    deferred into a function hides a cycle from Python at import time, not from a reader."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("sim.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "sim":
+                found |= {a.name for a in node.names}
+            elif node.module.startswith("sim."):
+                found.add(node.module.split(".")[1])
+    return found - {path.stem}
+
+
+def test_sim_modules_import_one_another_without_cycles():
+    """The arrows between sim modules run one way (docs/architecture.md)."""
+    mods = {f.stem: f for f in (ROOT / "sim").glob("*.py") if f.stem != "__init__"}
+    deps = {m: sorted(_sim_imports(f) & set(mods)) for m, f in mods.items()}
+    done: set[str] = set()
+
+    def visit(m, path):
+        assert m not in path, "import cycle: " + " -> ".join(path[path.index(m):] + [m])
+        if m not in done:
+            for d in deps[m]:
+                visit(d, path + [m])
+            done.add(m)
+    for m in sorted(deps):
+        visit(m, [])
+
+
+def test_the_world_builds_no_table():
+    """The world emits what happened; sim.recording alone turns it into Arrow columns."""
+    imported = set()
+    for node in ast.walk(ast.parse((ROOT / "sim" / "world.py").read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert "pyarrow" not in imported
+
+
 def test_every_scenario_validates(monkeypatch):
     """Every shipped scenario is valid input. The memory check is the host's (population.yaml needs
     more than this 24 GiB machine has, docs/performance.md): here every world is given room, and

@@ -148,7 +148,7 @@ def test_signed_fixed2_is_what_python_writes(xs):
 def test_json_objects_are_what_json_writes_for_the_dicts(cols):
     """Payload columns (as a curator or contrarian batch gives them) -> the JSON text of each row's
     dict, as the event-dict path writes it (json.dumps, sort_keys)."""
-    from sim.world import _payload_json
+    from sim.recording import _payload_json
     floats, ints, bools, lists = cols
     got = json_objects({"mood_p": np.array(floats), "pool_n": np.array(ints, dtype=np.int64),
                         "balance": np.array(bools), "ids": json_int_lists(lists), "a_first": np.array(ints) % 7})
@@ -163,7 +163,7 @@ def test_json_objects_are_what_json_writes_for_the_dicts(cols):
 def test_json_objects_by_kind_are_what_json_writes_for_each_rows_dict(rows):
     """Rows of two kinds with different keys (a curator pass and its reflex proposals), lists of
     ints as (values, offsets): each row's text is the JSON of its own kind's dict."""
-    from sim.world import _payload_column, _payload_json
+    from sim.recording import _payload_column, _payload_json
     kind = np.array([int(k) for k, _, _, _ in rows], dtype=np.int8)
     lists = [ids for _, _, ids, _ in rows]
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in lists])])

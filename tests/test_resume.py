@@ -17,6 +17,7 @@ from conftest import cli
 
 from sim import checkpoint as ckm
 from sim.recorder import TABLES, content_hashes
+from sim.resume import resume
 from sim.run import execute
 
 # Clade "a" delivers exactly one heartbeat later (same-time ties with its own ticks); Clade "b"
@@ -132,7 +133,7 @@ def test_checkpoint_with_deliveries_in_flight(ref, tmp_path, monkeypatch):
     roles = [x["role"] if isinstance(x["role"], str) else x["role"][0] for x in ck.meta["pending"]]
     assert "delivery" in roles and {"market", "cohort", "flusher"} <= set(roles)
     assert json.loads((tmp_path / "r" / "manifest.json").read_text())["status"] == "interrupted"
-    res = ckm.resume(tmp_path / "r")
+    res = resume(tmp_path / "r")
     assert res.manifest["hashes"] == hashes
 
 

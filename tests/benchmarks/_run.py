@@ -17,7 +17,7 @@ bookkeeping outside the state functions) is "scheduling".
     curator     Mind._maintenance and Mind.dream (curator, contrarian, dreams)
     clade       World.push and World.deliver (Clade messages, contagion, inherited copies),
                 minus the recording of each delivery's rows
-    recording   World.emit (minus pushes), World.flush (with its checkpoint), World._record_*
+    recording   World.emit (minus pushes), World.flush (with its checkpoint), sim.recording.Tables
     scheduling  the rest: SimPy, the heartbeat loop, Mind.tick's own bookkeeping
 
 Each phase also gets the simulation thread's CPU time (`phases_cpu_s`); where a phase's wall time
@@ -89,6 +89,7 @@ def instrument(timer: PhaseTimer) -> None:
     """Wrap the engine's phase functions (class attributes and module functions) in place."""
     import golem.heartbeat as H
     import golem.retrieval as RT
+    import sim.recording as REC
     import sim.world as W
 
     def patch(owner, name, phase):
@@ -98,9 +99,8 @@ def instrument(timer: PhaseTimer) -> None:
 
     patch(W.World, "run", "scheduling")     # outermost: what no other phase covers (its wall time is
     patch(W.World, "observe", "market")      # reported as the run's minus the others)
-    for name in ("_record_market", "_record_heartbeats", "_record_retrievals", "_record_entries", "_record_events",
-                 "_record_snapshot"):
-        patch(W.World, name, "recording")       # also when called from a Clade delivery
+    for name in ("tick", "deliveries", "market"):
+        patch(REC.Tables, name, "recording")    # also when called from a Clade delivery or a flush
     patch(W.World, "emit", "recording")
     patch(W.World, "flush", "recording")
     patch(W.World, "push", "clade")
@@ -188,10 +188,11 @@ def parts_of_recording(write: bool = True, checkpoint: bool = True) -> None:
     """Switch off parts of recording, to measure what each costs (the tables are then incomplete)."""
     import sim.checkpoint
     import sim.recorder
+    import sim.run
     if not write:
         sim.recorder._build_and_write = lambda path, table, cols: None
-    if not checkpoint:
-        sim.checkpoint.maybe_save = lambda *a, **k: None
+    if not checkpoint:   # the run driver hands maybe_save to the world as its checkpointer
+        sim.checkpoint.maybe_save = sim.run.maybe_save = lambda *a, **k: None
 
 
 def in_child(capacity: int, record: bool, duration: str | None) -> dict:
