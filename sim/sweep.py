@@ -660,19 +660,11 @@ def _row(task: dict, res: dict, reused: bool = False) -> dict:
     return row
 
 
-def run_sweep(path: str | Path, out_dir: str | Path | None = None, *, executor=None, sets: Iterable[str] = (),
-              seeds: list[int] | None = None, environ: dict[str, str] | None = None,
-              on_progress: Callable[[dict], None] | None = None) -> SweepResult:
-    """Run a sweep file into `out_dir` (default runs/sweep-<file stem>) and write its summary.
-
-    Finished runs are reused; invalid combinations and failing runs become failed rows. Ctrl-C
-    cancels what has not started, stops running runs, writes the summary of what finished and
-    raises SweepInterrupted (a KeyboardInterrupt)."""
+def _triage(plan) -> tuple[dict[int, dict], list[int]]:
+    """Each planned run: a failed row when its combination is not valid input, the figures of a
+    finished run that can be reused, or a place in the list of runs to do. Each (scenario,
+    combination) is prepared once."""
     from sim.run import prepare
-    t_start = time.perf_counter()
-    path = Path(path)
-    out = Path(out_dir) if out_dir is not None else Path("runs") / f"sweep-{path.stem}"
-    plan = plan_sweep(path, out, sets=sets, seeds=seeds, environ=environ)
     rows: dict[int, dict] = {}
     todo: list[int] = []
     expected: dict[tuple, Any] = {}
@@ -697,6 +689,31 @@ def run_sweep(path: str | Path, out_dir: str | Path | None = None, *, executor=N
             rows[i] = _row(t, {"status": "ok", **fig}, reused=True)
         else:
             todo.append(i)
+    return rows, todo
+
+
+def _write_sweep_json(out: Path, path: Path, plan, sets: list[str], seeds, result: SweepResult) -> None:
+    """sweep.json: the sweep file, its spec and options, and how the runs ended."""
+    (out / "sweep.json").write_text(json.dumps({
+        "sweep_file": str(path.resolve()), "spec": plan.spec.model_dump(mode="json"), "sets": sets,
+        "seeds": seeds, "planned": len(plan.tasks), "finished": len(result.rows), "ok": result.ok,
+        "failed": result.failed, "reused": result.reused, "interrupted": result.interrupted,
+        "executor": result.executor, "wall_s": result.wall_s}, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def run_sweep(path: str | Path, out_dir: str | Path | None = None, *, executor=None, sets: Iterable[str] = (),
+              seeds: list[int] | None = None, environ: dict[str, str] | None = None,
+              on_progress: Callable[[dict], None] | None = None) -> SweepResult:
+    """Run a sweep file into `out_dir` (default runs/sweep-<file stem>) and write its summary.
+
+    Finished runs are reused; invalid combinations and failing runs become failed rows. Ctrl-C
+    cancels what has not started, stops running runs, writes the summary of what finished and
+    raises SweepInterrupted (a KeyboardInterrupt)."""
+    t_start = time.perf_counter()
+    path = Path(path)
+    out = Path(out_dir) if out_dir is not None else Path("runs") / f"sweep-{path.stem}"
+    plan = plan_sweep(path, out, sets=sets, seeds=seeds, environ=environ)
+    rows, todo = _triage(plan)
     out.mkdir(parents=True, exist_ok=True)
     result = SweepResult(out, [], plan.param_keys, len(plan.tasks))
     state = {"total": len(todo), "done": 0, "ok": 0, "failed": 0, "running": 0,
@@ -750,11 +767,7 @@ def run_sweep(path: str | Path, out_dir: str | Path | None = None, *, executor=N
     result.rows = [rows[i] for i in sorted(rows)]
     result.wall_s = round(time.perf_counter() - t_start, 3)
     write_summary(out, result.rows, plan.param_keys)
-    (out / "sweep.json").write_text(json.dumps({
-        "sweep_file": str(path.resolve()), "spec": plan.spec.model_dump(mode="json"), "sets": list(sets),
-        "seeds": seeds, "planned": len(plan.tasks), "finished": len(result.rows), "ok": result.ok,
-        "failed": result.failed, "reused": result.reused, "interrupted": result.interrupted,
-        "executor": result.executor, "wall_s": result.wall_s}, indent=2, sort_keys=True, default=str) + "\n")
+    _write_sweep_json(out, path, plan, list(sets), seeds, result)
     if result.interrupted:
         raise SweepInterrupted(result)
     return result

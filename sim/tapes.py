@@ -663,6 +663,69 @@ def _guarded(where: str, fn, *args, **kwargs):
         raise TapeError(f"{where}: cannot import ({_short(exc)}); expected a valid tape file") from exc
 
 
+def _import_args(paths, asset, order, gas_unit, columns, extras) -> tuple[list[Path], str, dict, list]:
+    """`import_tape`'s arguments checked before any file is read: the paths, their names for
+    messages, the column map and the extra series."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    try:
+        paths = [Path(p) for p in paths]
+    except TypeError as exc:
+        raise TapeError(f"paths {paths!r}: expected a list of file paths") from exc
+    if not paths:
+        raise TapeError("no files given; expected at least one tape file")
+    where_all = ", ".join(str(p) for p in paths)
+    if order not in _ORDERS:
+        raise TapeError(f"{where_all}: order={order!r}; expected one of {', '.join(_ORDERS)}")
+    if gas_unit not in GAS_UNITS:
+        raise TapeError(f"{where_all}: gas_unit={gas_unit!r}; expected one of {', '.join(GAS_UNITS)}")
+    if not isinstance(asset, str) or not asset.strip():
+        raise TapeError(f"{where_all}: asset={asset!r}; expected a non-empty name")
+    columns = dict(columns or {})
+    unknown = sorted(set(columns) - set(_CANONICAL))
+    if unknown:
+        raise TapeError(
+            f"{where_all}: columns maps unknown names {unknown}; expected keys among {', '.join(_CANONICAL)}"
+        )
+    extras = list(extras or [])
+    seen = [e.name for e in extras]
+    if len(set(seen)) != len(seen):
+        raise TapeError(f"{where_all}: extra series named twice ({seen}); expected each of gas/tvl/funding_rate once")
+    return paths, where_all, columns, extras
+
+
+def _combine(frames: list[pl.DataFrame], paths: list[Path], order: str, extras: list, gas_unit: str,
+             notes: list[str] | None, asset: str) -> pl.DataFrame:
+    """The files' bars as one ordered tape with its bar length and the extra series joined as-of."""
+    names = [str(p) for p in paths]
+    df = pl.concat(frames, how="diagonal")
+    df = _apply_order(df, order, names, "bar")
+    if df.height < 2:
+        raise TapeError(
+            f"{names[df['_file'][0]]}: row {df['_row'][0]}: only one bar; expected at least two "
+            "bars so the bar length can be inferred"
+        )
+    spacing = df["time_ms"].diff().drop_nulls().sort()
+    bar_ms = int(spacing[(len(spacing) - 1) // 2])
+    for extra in extras:
+        if extra.name in df.columns:
+            raise TapeError(
+                f"{extra.path}: {extra.name} is given both as a column of the bar file(s) and as an "
+                "extra series; expected one source"
+            )
+        side = _guarded(str(extra.path), _load_extra, extra, order, gas_unit, notes)
+        df = df.join_asof(side, on="time_ms", strategy="backward")
+    return df.select(
+        pl.col("time_ms").cast(pl.Int64),
+        pl.lit(bar_ms, dtype=pl.Int64).alias("bar_ms"),
+        pl.lit(asset, dtype=pl.String).alias("asset"),
+        *[
+            (pl.col(c) if c in df.columns else pl.lit(None)).cast(pl.Float64).alias(c)
+            for c in (*PRICE_COLUMNS, "volume", *EXTRA_NAMES)
+        ],
+    )
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -703,69 +766,14 @@ def import_tape(
     gaps (exchange outages) do not distort it.  Extra series are joined as-of backward (see
     :class:`ExtraSeries`).  Every defect raises :class:`TapeError`; no other exception escapes.
     """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    try:
-        paths = [Path(p) for p in paths]
-    except TypeError as exc:
-        raise TapeError(f"paths {paths!r}: expected a list of file paths") from exc
-    if not paths:
-        raise TapeError("no files given; expected at least one tape file")
-    where_all = ", ".join(str(p) for p in paths)
-    if order not in _ORDERS:
-        raise TapeError(f"{where_all}: order={order!r}; expected one of {', '.join(_ORDERS)}")
-    if gas_unit not in GAS_UNITS:
-        raise TapeError(f"{where_all}: gas_unit={gas_unit!r}; expected one of {', '.join(GAS_UNITS)}")
-    if not isinstance(asset, str) or not asset.strip():
-        raise TapeError(f"{where_all}: asset={asset!r}; expected a non-empty name")
-    columns = dict(columns or {})
-    unknown = sorted(set(columns) - set(_CANONICAL))
-    if unknown:
-        raise TapeError(
-            f"{where_all}: columns maps unknown names {unknown}; expected keys among {', '.join(_CANONICAL)}"
-        )
-    extras = list(extras or [])
-    seen = [e.name for e in extras]
-    if len(set(seen)) != len(seen):
-        raise TapeError(f"{where_all}: extra series named twice ({seen}); expected each of gas/tvl/funding_rate once")
-
+    paths, where_all, columns, extras = _import_args(paths, asset, order, gas_unit, columns, extras)
     frames = []
     for i, path in enumerate(paths):
         frame = _guarded(str(path), _load_bars, path, fmt=fmt, sep=sep, time_col=time_col,
                          time_format=time_format, time_unit=time_unit, columns=columns, gas_unit=gas_unit,
                          records_key=records_key, notes=notes)
         frames.append(frame.with_columns(pl.lit(i, dtype=pl.Int64).alias("_file")))
-
-    def combine() -> pl.DataFrame:
-        names = [str(p) for p in paths]
-        df = pl.concat(frames, how="diagonal")
-        df = _apply_order(df, order, names, "bar")
-        if df.height < 2:
-            raise TapeError(
-                f"{names[df['_file'][0]]}: row {df['_row'][0]}: only one bar; expected at least two "
-                "bars so the bar length can be inferred"
-            )
-        spacing = df["time_ms"].diff().drop_nulls().sort()
-        bar_ms = int(spacing[(len(spacing) - 1) // 2])
-        for extra in extras:
-            if extra.name in df.columns:
-                raise TapeError(
-                    f"{extra.path}: {extra.name} is given both as a column of the bar file(s) and as an "
-                    "extra series; expected one source"
-                )
-            side = _guarded(str(extra.path), _load_extra, extra, order, gas_unit, notes)
-            df = df.join_asof(side, on="time_ms", strategy="backward")
-        return df.select(
-            pl.col("time_ms").cast(pl.Int64),
-            pl.lit(bar_ms, dtype=pl.Int64).alias("bar_ms"),
-            pl.lit(asset, dtype=pl.String).alias("asset"),
-            *[
-                (pl.col(c) if c in df.columns else pl.lit(None)).cast(pl.Float64).alias(c)
-                for c in (*PRICE_COLUMNS, "volume", *EXTRA_NAMES)
-            ],
-        )
-
-    return _guarded(where_all, combine)
+    return _guarded(where_all, _combine, frames, paths, order, extras, gas_unit, notes, asset)
 
 
 def _check_tape(df: Any, where: str) -> None:
@@ -857,6 +865,87 @@ def _prior_median(expr: pl.Expr, window: int) -> pl.Expr:
     return expr.shift(1).rolling_median(window_size=window, min_samples=window)
 
 
+def _detector_columns(tape: pl.DataFrame, vol_window: int) -> pl.DataFrame:
+    """The tape sorted per asset with what the detectors read: the bar's return, low wick and
+    range, the medians of the previous vol_window bars, the previous funding rate, high volume."""
+    r = pl.col("close") / pl.col("open") - 1.0
+    w = pl.col("low") / pl.col("open") - 1.0
+    rng = (pl.col("high") - pl.col("low")) / pl.col("open")
+    return (
+        tape.sort("asset", "time_ms")
+        .with_columns(
+            r.alias("_r"),
+            w.alias("_w"),
+            rng.alias("_rng"),
+            pl.col("asset").str.to_lowercase().str.replace_all(r"\s+", "-").alias("_tok"),
+        )
+        .with_columns(
+            _prior_median(pl.col("_rng"), vol_window).over("asset").alias("_rng_med"),
+            _prior_median(pl.col("volume"), vol_window).over("asset").alias("_vol_med"),
+            _prior_median(pl.col("gas"), vol_window).over("asset").alias("_gas_med"),
+            pl.col("funding_rate").shift(1).over("asset").alias("_fr_prev"),
+        )
+        .with_columns(
+            ((pl.col("_vol_med") > 0) & (pl.col("volume") > _HIGH_VOLUME_MULT * pl.col("_vol_med")))
+            .fill_null(False)
+            .alias("_hv"),
+        )
+    )
+
+
+def _bar_events(base: pl.DataFrame, crash_return: float, crash_high: float, gas_spike_mult: float,
+                funding_abs: float) -> list[pl.DataFrame]:
+    """One frame of events per detector of `detect_events`, over `_detector_columns`."""
+    hv = pl.when(pl.col("_hv")).then(pl.lit(" high-volume")).otherwise(pl.lit(""))
+
+    def event(mask: pl.Expr, kind: str, severity: pl.Expr, magnitude: pl.Expr,
+              qualifiers: pl.Expr) -> pl.DataFrame:
+        return base.filter(mask.fill_null(False)).select(
+            pl.col("time_ms"),
+            pl.col("asset"),
+            pl.lit(kind).alias("kind"),
+            severity.alias("severity"),
+            pl.concat_str([pl.col("_tok"), pl.lit(f" {kind}"), qualifiers]).alias("tokens"),
+            magnitude.cast(pl.Float64).alias("magnitude"),
+        )
+
+    fr = pl.col("funding_rate")
+    deep = pl.col("_w") <= crash_high
+    new_extreme = pl.col("_fr_prev").is_null() | (pl.col("_fr_prev") != fr) | (
+        pl.col("_fr_prev").abs() < funding_abs
+    )
+    return [
+        event(
+            pl.col("_r") <= crash_return, "crash-bar",
+            pl.when((pl.col("_r") <= crash_high) | deep).then(pl.lit("high")).otherwise(pl.lit("medium")),
+            pl.col("_r"),
+            pl.concat_str([pl.when(deep).then(pl.lit(" deep-wick")).otherwise(pl.lit("")), hv]),
+        ),
+        event(
+            (pl.col("_w") <= crash_return) & (pl.col("_r") > crash_return), "crash-wick",
+            pl.when(deep).then(pl.lit("high")).otherwise(pl.lit("medium")),
+            pl.col("_w"), hv,
+        ),
+        event(pl.col("_r") >= -crash_return, "pump-bar", pl.lit("low"), pl.col("_r"), hv),
+        event(
+            (pl.col("_gas_med") > 0) & (pl.col("gas") > gas_spike_mult * pl.col("_gas_med")), "gas-spike",
+            pl.when(pl.col("gas") > 2 * gas_spike_mult * pl.col("_gas_med"))
+            .then(pl.lit("high")).otherwise(pl.lit("medium")),
+            pl.col("gas") / pl.col("_gas_med"), pl.lit(""),
+        ),
+        event(
+            (fr.abs() >= funding_abs) & new_extreme, "funding-extreme",
+            pl.when(fr.abs() >= 3 * funding_abs).then(pl.lit("high")).otherwise(pl.lit("medium")),
+            fr,
+            pl.when(fr < 0).then(pl.lit(" negative")).otherwise(pl.lit(" positive")),
+        ),
+        event(
+            (pl.col("_rng_med") > 0) & (pl.col("_rng") > _VOL_SPIKE_MULT * pl.col("_rng_med")), "vol-spike",
+            pl.lit("low"), pl.col("_rng") / pl.col("_rng_med"), hv,
+        ),
+    ]
+
+
 def detect_events(
     tape: pl.DataFrame,
     *,
@@ -902,76 +991,7 @@ def detect_events(
         raise ValueError("gas_spike_mult and funding_abs must be positive")
     _check_tape(tape, "tape")
 
-    r = pl.col("close") / pl.col("open") - 1.0
-    w = pl.col("low") / pl.col("open") - 1.0
-    rng = (pl.col("high") - pl.col("low")) / pl.col("open")
-    base = (
-        tape.sort("asset", "time_ms")
-        .with_columns(
-            r.alias("_r"),
-            w.alias("_w"),
-            rng.alias("_rng"),
-            pl.col("asset").str.to_lowercase().str.replace_all(r"\s+", "-").alias("_tok"),
-        )
-        .with_columns(
-            _prior_median(pl.col("_rng"), vol_window).over("asset").alias("_rng_med"),
-            _prior_median(pl.col("volume"), vol_window).over("asset").alias("_vol_med"),
-            _prior_median(pl.col("gas"), vol_window).over("asset").alias("_gas_med"),
-            pl.col("funding_rate").shift(1).over("asset").alias("_fr_prev"),
-        )
-        .with_columns(
-            ((pl.col("_vol_med") > 0) & (pl.col("volume") > _HIGH_VOLUME_MULT * pl.col("_vol_med")))
-            .fill_null(False)
-            .alias("_hv"),
-        )
-    )
-    hv = pl.when(pl.col("_hv")).then(pl.lit(" high-volume")).otherwise(pl.lit(""))
-
-    def event(mask: pl.Expr, kind: str, severity: pl.Expr, magnitude: pl.Expr,
-              qualifiers: pl.Expr) -> pl.DataFrame:
-        return base.filter(mask.fill_null(False)).select(
-            pl.col("time_ms"),
-            pl.col("asset"),
-            pl.lit(kind).alias("kind"),
-            severity.alias("severity"),
-            pl.concat_str([pl.col("_tok"), pl.lit(f" {kind}"), qualifiers]).alias("tokens"),
-            magnitude.cast(pl.Float64).alias("magnitude"),
-        )
-
-    fr = pl.col("funding_rate")
-    deep = pl.col("_w") <= crash_high
-    new_extreme = pl.col("_fr_prev").is_null() | (pl.col("_fr_prev") != fr) | (
-        pl.col("_fr_prev").abs() < funding_abs
-    )
-    parts = [
-        event(
-            pl.col("_r") <= crash_return, "crash-bar",
-            pl.when((pl.col("_r") <= crash_high) | deep).then(pl.lit("high")).otherwise(pl.lit("medium")),
-            pl.col("_r"),
-            pl.concat_str([pl.when(deep).then(pl.lit(" deep-wick")).otherwise(pl.lit("")), hv]),
-        ),
-        event(
-            (pl.col("_w") <= crash_return) & (pl.col("_r") > crash_return), "crash-wick",
-            pl.when(deep).then(pl.lit("high")).otherwise(pl.lit("medium")),
-            pl.col("_w"), hv,
-        ),
-        event(pl.col("_r") >= -crash_return, "pump-bar", pl.lit("low"), pl.col("_r"), hv),
-        event(
-            (pl.col("_gas_med") > 0) & (pl.col("gas") > gas_spike_mult * pl.col("_gas_med")), "gas-spike",
-            pl.when(pl.col("gas") > 2 * gas_spike_mult * pl.col("_gas_med"))
-            .then(pl.lit("high")).otherwise(pl.lit("medium")),
-            pl.col("gas") / pl.col("_gas_med"), pl.lit(""),
-        ),
-        event(
-            (fr.abs() >= funding_abs) & new_extreme, "funding-extreme",
-            pl.when(fr.abs() >= 3 * funding_abs).then(pl.lit("high")).otherwise(pl.lit("medium")),
-            fr,
-            pl.when(fr < 0).then(pl.lit(" negative")).otherwise(pl.lit(" positive")),
-        ),
-        event(
-            (pl.col("_rng_med") > 0) & (pl.col("_rng") > _VOL_SPIKE_MULT * pl.col("_rng_med")), "vol-spike",
-            pl.lit("low"), pl.col("_rng") / pl.col("_rng_med"), hv,
-        ),
-    ]
+    base = _detector_columns(tape, vol_window)
+    parts = _bar_events(base, crash_return, crash_high, gas_spike_mult, funding_abs)
     out = pl.concat(parts, how="vertical").sort("time_ms", "asset", "kind", maintain_order=True)
     return out.select([pl.col(n).cast(t) for n, t in EVENT_SCHEMA.items()])
