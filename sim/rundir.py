@@ -55,13 +55,19 @@ def check_target(out: Path, flag: str = "--out") -> None:
         if not os.access(out, os.W_OK | os.X_OK):
             raise InputError(f"{flag} {out}: the directory is not writable; expected a directory this user can write")
         return
-    parent = out.parent
+    parent = _nearest_directory(out, flag)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {out}: cannot create it: {parent} is not writable")
+
+
+def _nearest_directory(path: Path, flag: str) -> Path:
+    """The nearest existing ancestor of a path to be created, which must be a directory."""
+    parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise InputError(f"{flag} {out}: {parent} is not a directory; expected a path under a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{flag} {out}: cannot create it: {parent} is not writable")
+        raise InputError(f"{flag} {path}: {parent} is not a directory; expected a path under a directory")
+    return parent
 
 
 def check_writable_file(path: Path, flag: str = "--out") -> None:
@@ -73,11 +79,7 @@ def check_writable_file(path: Path, flag: str = "--out") -> None:
         if not os.access(path, os.W_OK):
             raise InputError(f"{flag} {path}: the file is not writable")
         return
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise InputError(f"{flag} {path}: {parent} is not a directory; expected a path under a directory")
+    parent = _nearest_directory(path, flag)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"{flag} {path}: cannot write under {parent} (read-only or not permitted)")
 
