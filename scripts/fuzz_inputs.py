@@ -16,7 +16,7 @@
 "traceback": a Python traceback, an exit status other than 0/1/2 (or 1 where only 0/2 are right),
 or an error of more than one line or 500 characters; "> 60 s": a command that had not finished
 after 60 s; "other": a silent wrong result (exit 0 on damaged input, a run with non-finite values,
-a resume whose tables differ). Commands run in this process (the CLI entry, through click's test
+a resume whose tables differ). Commands run in this process (the CLI entry, through typer's test
 runner) under a 5 GB address-space cap, as the issue's pass did.
 """
 from __future__ import annotations

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -96,7 +95,7 @@ def _guarded(fn):
         from sim.run import RunFailed
         try:
             return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (typer.Exit, typer.Abort, typer.TyperException):   # typer's own exits and usage errors
             raise
         except InputError as exc:
             fail(str(exc))

@@ -236,3 +236,36 @@ def test_event_rows_are_numbered_in_the_order_they_happen(flash_run):
     assert {"anti_rumination", "contagion", "flashbulb"} <= kinds
     ar = ev.filter(pl.col("kind") == "anti_rumination")
     assert (ar["payload"] == "{}").all() and (ar["other_golem"] == -1).all() and ar["value"].is_between(0, 1).all()
+
+
+def test_every_imported_package_is_a_declared_dependency():
+    """`pip install -e .` on a fresh machine brings every package golem/ and sim/ import at module
+    level; an import deferred into a function may come from an extra (dask, for sweeps on a cluster).
+    A package that arrives only through another extra's dependencies (click through dask) would
+    work in the test environment and fail in the README's first command."""
+    import re
+    import sys
+    import tomllib
+    from importlib.metadata import packages_distributions
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(reqs):       # "dask[distributed]>=2024.1" names dask and its extra's package, distributed
+        return {n.lower().replace("_", "-") for r in reqs for n in re.findall(r"[\w.-]+", r.split(">")[0].split("=")[0])}
+    core = names(meta["dependencies"])
+    extras = set().union(*(names(v) for v in meta["optional-dependencies"].values()))
+    through = {"llvmlite": "numba"}     # numba's own dependency, imported for its intrinsics
+    dists = packages_distributions()
+    for f in sorted([*(ROOT / "golem").glob("*.py"), *(ROOT / "sim").glob("*.py")]):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module.split(".")[0]]
+            else:
+                continue
+            allowed = core if node.col_offset == 0 else core | extras
+            for m in mods:
+                if m in sys.stdlib_module_names or m in ("golem", "sim"):
+                    continue
+                found = {d.lower().replace("_", "-") for d in dists.get(m, [m])}
+                assert found & allowed or through.get(m) in core, f"{f.name}:{node.lineno} imports {m}, not a dependency"
