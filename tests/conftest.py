@@ -71,3 +71,16 @@ def cli(*args):
     from sim.cli import app
     r = CliRunner().invoke(app, [str(a) for a in args])
     return r.exit_code, r.output
+
+
+
+#: The longest test files first: `--dist loadfile` hands files to the two workers in this order, so
+#: they finish together instead of one waiting out the longest file alone at the end.
+FIRST = ("test_validity", "test_scenario_claims", "test_fuzz_inputs", "test_dask_cluster", "test_import_formats",
+         "test_plugins", "test_resume", "test_notebooks", "test_affect", "test_disks_and_checkpoints")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest files first (stable: the order within a file is kept)."""
+    rank = {f: i for i, f in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, len(FIRST)))
