@@ -1,8 +1,12 @@
 """Shared fixtures: small runs made once per test session."""
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -24,6 +28,36 @@ def table(run_dir: Path, name: str) -> pl.DataFrame:
     return pl.read_parquet(Path(run_dir) / name / "*.parquet")
 
 
+def shared_run(tmp_path_factory, name: str, sets=None) -> SimpleNamespace:
+    """A scenario's run made once for the whole test session, also across pytest-xdist's workers: the
+    first worker to ask runs it into the session's shared temporary folder under a file lock, the
+    others wait for it and read it (run_dir and manifest; fixtures that need the live World make
+    their own run)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                      # the folder all workers' temporary folders share
+    out = root / f"shared-{name}-{'-'.join(sets or []).replace('=', '_')}"
+    with open(f"{out}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "manifest.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            run_scenario(name, out, sets=sets)
+    return SimpleNamespace(run_dir=out, manifest=json.loads((out / "manifest.json").read_text()))
+
+
+def pytest_configure(config):
+    """With pytest-xdist, compile the numba kernels once in the controller (a short run of the default
+    scenario) before the workers start: on an empty cache every worker, and every process a test
+    spawns before the cache is written, would compile them all again (~45 s of CPU each)."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    if config.option.collectonly:
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        run_scenario("default", Path(d) / "run", sets=["duration=10h"])
+
+
 @pytest.fixture(scope="session")
 def flash_run(tmp_path_factory):
     return run_scenario("flash_crash", tmp_path_factory.mktemp("flash") / "run")
@@ -31,17 +65,17 @@ def flash_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def exploit_run(tmp_path_factory):
-    return run_scenario("exploit", tmp_path_factory.mktemp("exploit") / "run")
+    return shared_run(tmp_path_factory, "exploit")
 
 
 @pytest.fixture(scope="session")
 def rug_run(tmp_path_factory):
-    return run_scenario("rug_pull", tmp_path_factory.mktemp("rug") / "run")
+    return shared_run(tmp_path_factory, "rug_pull")
 
 
 @pytest.fixture(scope="session")
 def bleed_run(tmp_path_factory):
-    return run_scenario("slow_bleed", tmp_path_factory.mktemp("bleed") / "run", sets=["duration=10d"])
+    return shared_run(tmp_path_factory, "slow_bleed", sets=["duration=10d"])
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +95,7 @@ def payloads(df: pl.DataFrame) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def bull_run(tmp_path_factory):
-    return run_scenario("bull_run", tmp_path_factory.mktemp("bull") / "run")
+    return shared_run(tmp_path_factory, "bull_run")
 
 
 def cli(*args):

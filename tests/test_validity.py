@@ -35,11 +35,11 @@ SITUATIONS = {
 #: the same runs as the rally above)
 SHIFT = ("bull_run", "3d3h", "3d", "3d1h")
 #: every shipped scenario but real_tape (it needs the recorded tape: tests/test_scenario_claims.py) and
-#: population (24 GiB), at a length that keeps its situations (seed 1; bench a few hours: a load, not
+#: population (24 GiB), at a length that keeps its situations (seed 1; bench an hour: a load, not
 #: a story); the map's runs stand for the scenarios they cover
 SHIPPED = {name: (name, duration, 1) for name, duration, *_ in SITUATIONS.values()}
 SHIPPED.update(default=("default", "3d", 1), losing_streak=("losing_streak", "4d", 1),
-               clade_panic=("clade_panic", None, 1), bench=("bench", "3h", 1))
+               clade_panic=("clade_panic", None, 1), bench=("bench", "1h", 1))
 
 
 def _run(spec):
