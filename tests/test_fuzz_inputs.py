@@ -12,7 +12,7 @@ and malformed ones.
 
 The default run checks 300 cases (a run for one accepted case in four, at most an hour of
 simulated time, so it stays near a minute); the longer run is
-    GOLEM_FUZZ_EXAMPLES=5000 GOLEM_FUZZ_RUN_EVERY=1 .venv/bin/python -m pytest tests/test_fuzz_inputs.py -n 0 -s -q
+    GOLEM_FUZZ_EXAMPLES=5000 GOLEM_FUZZ_RUN_EVERY=1 .venv/bin/python -m pytest tests/test_fuzz_inputs.py -n 0 -s -q --basetemp=/tmp/golem-fuzz
 and prints its counts (ok / exit 2 / other).
 """
 from __future__ import annotations
