@@ -36,26 +36,13 @@ def shared_run(tmp_path_factory, name: str, sets=None) -> SimpleNamespace:
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent                      # the folder all workers' temporary folders share
-    out = root / f"shared-{name}-{'-'.join(sets or []).replace('=', '_')}"
+    out = root / "-".join(["shared", name, *(x.replace("=", "_") for x in sets or [])])
     with open(f"{out}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "manifest.json").exists():
             shutil.rmtree(out, ignore_errors=True)
             run_scenario(name, out, sets=sets)
     return SimpleNamespace(run_dir=out, manifest=json.loads((out / "manifest.json").read_text()))
-
-
-def pytest_configure(config):
-    """With pytest-xdist, compile the numba kernels once in the controller (a short run of the default
-    scenario) before the workers start: on an empty cache every worker, and every process a test
-    spawns before the cache is written, would compile them all again (~45 s of CPU each)."""
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
-        return
-    if config.option.collectonly:
-        return
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        run_scenario("default", Path(d) / "run", sets=["duration=10h"])
 
 
 @pytest.fixture(scope="session")
