@@ -3,11 +3,11 @@
 Shape: one slab of `capacity` slots per Golem (rows g*cap .. g*cap+cap), every field a column,
 embeddings one contiguous block of int8 codes (`quantise`: the direction of the vector, rounded so
 its largest component is +-127). A retrieval scans its Golem's slab front to back, so scoring
-rides on one memory stream; at d = 64 an entry is 64 bytes of codes, 145 of columns and 24 of act
+rides on one memory stream; at d = 64 an entry is 64 bytes of codes, 129 of columns and 24 of act
 times, where float32 embeddings alone would take 256 (docs/performance.md: what the rounding does to
 scores; docs/decisions.md: why int8). Evicting overwrites a slot in place; the slab never moves, and an
 entry is never removed from its slot, only replaced or archived, so every slot below a slab's
-count holds an entry. Sparse, rarely-set fields (reflex phrases, links) live in dicts keyed by
+count holds an entry. Sparse, rarely-set fields (reflex phrases and firings, links) live in dicts keyed by
 entry id so that memory per entry stays O(d).
 """
 from __future__ import annotations
@@ -157,9 +157,9 @@ _COLUMNS: dict[str, type] = {
     "i0": np.float32, "emotion": np.int8, "reactivated": np.bool_, "react_count": np.int16,
     "last_react_ms": np.int64, "label": np.int8, "attribution": np.int8, "arousal_bias": np.bool_,
     "flashbulb": np.bool_, "provenance": np.int32, "access_count": np.int32, "acted_on_count": np.int32,
-    "last_acted_ms": np.int64, "reflex": np.bool_, "status": np.int8, "heat": np.float32,
+    "reflex": np.bool_, "status": np.int8, "heat": np.float32,
     "outcome": np.float32, "has_outcome": np.bool_, "curator_weight": np.float32, "low_conf": np.bool_,
-    "role": np.int8, "last_reflex_ms": np.int64, "raw_outcome": np.float32, "consolidated": np.bool_,
+    "role": np.int8, "raw_outcome": np.float32, "consolidated": np.bool_,
     "regime": np.int16, "ttl_days": np.float32,   # the salience tier's TTL (0: bypassed gating, e.g. imports)
 }
 
@@ -262,6 +262,7 @@ class Grimoire:
     recall_when: dict[int, tuple[str, ...]] = field(default_factory=dict)
     links: dict[int, tuple[int, ...]] = field(default_factory=dict)
     phrases: dict[int, str] = field(default_factory=dict)   # event tokens an entry was written under
+    last_fired: dict[int, int] = field(default_factory=dict)   # a reflex entry's last firing (ms)
     fingerprints: bool = False      # keep a 10,240-bit HDC fingerprint per entry (retrieval.mode somatic_hdc)
     on_insert: object = None        # callback(slots) after a write, e.g. to fingerprint new entries
     protect: float = PROTECTED_SALIENCE   # salience from which an entry is never evicted nor archived
@@ -273,7 +274,6 @@ class Grimoire:
         self.cols["id"][:] = -1
         self.cols["last_react_ms"][:] = -1
         self.cols["provenance"][:] = -1
-        self.cols["last_reflex_ms"][:] = np.iinfo(np.int64).min // 2
         self.cols["curator_weight"][:] = 1.0
         self.codes = np.zeros((n, code_stride(self.dim)), dtype=np.int8)
         self.count = np.zeros(self.n_golems, dtype=np.int64)
@@ -349,7 +349,7 @@ class Grimoire:
             return v if every else v[ok]
         evicted = evicted if every else evicted[ok]    # = c["id"][s], read by the kernel beside the scan
         gone = None
-        for side in (self.recall_when, self.links, self.phrases):   # most evicted entries have none
+        for side in (self.recall_when, self.links, self.phrases, self.last_fired):   # most evicted entries have none
             if side:
                 gone = set(evicted[evicted >= 0].tolist()) if gone is None else gone
                 for eid in side.keys() & gone:
@@ -420,8 +420,7 @@ class Grimoire:
 
 
 
-_RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "last_reflex_ms": np.iinfo(np.int64).min // 2,
-          "curator_weight": 1.0}
+_RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "curator_weight": 1.0}
 
 
 @njit(cache=True)

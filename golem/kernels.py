@@ -684,13 +684,13 @@ def served_valence(slots, has_tag, p):
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count, last_acted_ms,
+def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count,
                   ids, topic, has_outcome, confidence, outcome):
     """What a recall does to the served entries, and the columns `decide` reads of them.
 
     For every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so no two
-    rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1,
-    last_acted_ms = now; then it returns column[safe] for ids, topic, has_outcome, confidence,
+    rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1 (the
+    act's time goes into `Grimoire.acted_ms`, `reflex.record_acts`); then it returns column[safe] for ids, topic, has_outcome, confidence,
     outcome and access_count, each in its column's dtype, safe = the slot or 0 for an empty one (as
     np.where(slots >= 0, slots, 0) after all the touches: empty cells are read in a last serial
     pass, after the threaded one), and the ids at the shadow slots (max(shadow, 0)). A served
@@ -716,7 +716,6 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
             last_access_ms[s] = now_ms
             access_count[s] += 1
             acted_on_count[s] += 1
-            last_acted_ms[s] = now_ms
             o_id[i, r] = ids[s]
             o_topic[i, r] = topic[s]
             o_has_out[i, r] = has_outcome[s]

@@ -10,6 +10,9 @@ import re
 
 import numpy as np
 
+#: the last firing of a reflex entry that never fired: long enough ago for any cooldown
+NEVER = np.iinfo(np.int64).min // 2
+
 #: Function words dropped from phrases before matching.
 FUNCTION_WORDS = frozenset("""a an and any are as at be been but by can could did do does for from had has have
 how if in into is it its may might not of on or our should so such than that the their them then there these they
@@ -82,13 +85,13 @@ def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
         if slots.size == 0:
             continue
         description = " ".join(tok for (_, _, tok), seen in zip(obs.events, obs.sees[i]) if seen)
-        cands = [(int(s), int(c["id"][s]), gr.recall_when.get(int(c["id"][s]), ()), int(c["last_reflex_ms"][s]))
-                 for s in slots]
+        cands = [(int(s), eid, gr.recall_when.get(eid, ()), gr.last_fired.get(eid, NEVER))
+                 for s, eid in zip(slots.tolist(), c["id"][slots].tolist())]
         hits = fire(description, cands, obs.now_ms, cfg.reflex.max_per_turn, int(cfg.reflex.cooldown_s * 1000))
         if not hits:
             continue
         for s, eid, ph in hits:
-            c["last_reflex_ms"][s] = obs.now_ms
+            gr.last_fired[eid] = obs.now_ms
         res[int(i)] = [s for s, _, _ in hits]
         out.events.append(mind._event(obs.now_ms, g, "reflex", entry_id=hits[0][1], value=float(len(hits)),
                                       payload={"matched": [ph for _, _, ph in hits], "pool_size": int(slots.size),

@@ -216,7 +216,6 @@ def _acted_entry(times_days, ring=3):
     gr.phrases[0] = "anonymous-deployer"
     for t in times_days:
         gr.cols["acted_on_count"][0] += 1          # what rt.recall does for a served entry
-        gr.cols["last_acted_ms"][0] = int(t * DAY)
         reflex.record_acts(gr, np.array([[0]]), int(t * DAY))
     return gr
 

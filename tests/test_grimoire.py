@@ -149,7 +149,7 @@ def test_embeddings_are_unit_and_memory_per_entry_is_O_d():
         norms = np.linalg.norm(gr.emb[16:21], axis=1)
         assert np.allclose(norms, 1.0, atol=1e-6)
         assert gr.bytes_per_entry() <= 2 * d + 128
-    assert gm.Grimoire(1, 1, 64).bytes_per_entry() == 64 + 145 + 24   # codes, the columns, the act-time ring
+    assert gm.Grimoire(1, 1, 64).bytes_per_entry() == 64 + 129 + 24   # codes, the columns, the act-time ring
 
 
 def test_quantise_by_hand():
@@ -287,9 +287,10 @@ def test_eviction_drops_the_evicted_entries_side_records_only():
     _fill_slab(gr, 1, 2)
     for eid in range(5):
         gr.phrases[eid], gr.links[eid], gr.recall_when[eid] = f"p{eid}", (eid,), ("fear",)
+        gr.last_fired[eid] = 1000 * eid
     slots, ids = _fill_slab(gr, 0, 1)                 # evicts id 1 (lowest importance) from slot 1
     assert slots[0] == 1 and gr.cols["id"][1] == ids[0]
-    for side in (gr.phrases, gr.links, gr.recall_when):
+    for side in (gr.phrases, gr.links, gr.recall_when, gr.last_fired):
         assert 1 not in side and set(side) == {0, 2, 3, 4}
     assert list(gr.phrases) == [0, 2, 3, 4]           # the others keep their order
 

@@ -374,9 +374,9 @@ def test_served_factors_are_entry_factors_bit_for_bit(arena, prm, seed):
 @FAST
 @given(arenas(), params, st.integers(0, 2**32 - 1), st.booleans())
 def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one):
-    """decide's one-pass recall = numpy: last_access = now and access_count, acted_on_count + 1,
-    last_acted = now at every served slot, then column[safe] for each served column (safe = the slot,
-    0 where none) in the column's dtype and the ids at the shadow slots."""
+    """decide's one-pass recall = numpy: last_access = now and access_count, acted_on_count + 1 at
+    every served slot, then column[safe] for each served column (safe = the slot, 0 where none) in
+    the column's dtype and the ids at the shadow slots."""
     gr, q, pad = arena
     rng = np.random.default_rng(seed)
     c = gr.cols
@@ -386,7 +386,6 @@ def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one
     c["outcome"][:] = rng.standard_normal(n)
     for name in ("access_count", "acted_on_count"):
         c[name][:] = rng.integers(0, 50, n)
-    c["last_acted_ms"][:] = rng.integers(0, NOW, n)
     res = rt.retrieve(gr, np.arange(gr.n_golems), q, pad, NOW, prm)
     slots = res.slots.copy()
     if replace_one and (slots[0] >= 0).any():     # as anti-rumination does: a served cell changes
@@ -398,7 +397,6 @@ def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one
     want["last_access_ms"][s] = NOW + 7
     want["access_count"][s] += 1
     want["acted_on_count"][s] += 1
-    want["last_acted_ms"][s] = NOW + 7
     got = rt.recall(gr, slots, res.shadow, NOW + 7)
     for name in want:
         np.testing.assert_array_equal(c[name], want[name], err_msg=name)
