@@ -54,7 +54,7 @@ from sim.errors import clip, escape
 from sim.recorder import TABLES, _json_default, atomic_write_bytes
 from sim.scenario import InputError
 
-FORMAT = 6   # the checkpoint layout (batched Clade deliveries, arrays as raw .npy records, checksums, reflex firings as a dict); resume refuses others
+FORMAT = 6   # the checkpoint layout (batched Clade deliveries, arrays as raw .npy records, checksums, reflex firings as a dict, push latencies in ms); resume refuses others
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 _OURS = re.compile(r"state-\d{5,}\.(json|arrays)(\.tmp)?$")
@@ -131,14 +131,14 @@ def _pending(world) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
         for cb in cbs:
             if isinstance(cb, Delivery):
                 parcels = []
-                for sender, entry, alert_type, recv, delays in cb.parcels:
+                for sender, entry, alert_type, recv, latency_ms in cb.parcels:
                     k = seen.get(id(entry))
                     if k is None:
                         k = seen[id(entry)] = len(entries)
                         entries.append({f: v for f, v in entry.items() if f != "emb"})
                         arrays[f"entry/{k}"] = np.asarray(entry["emb"])
                     parcels.append(dict(sender=int(sender), entry=k, alert_type=alert_type,
-                                        receivers=[int(r) for r in recv], delays_s=[float(d) for d in delays]))
+                                        receivers=[int(r) for r in recv], latency_ms=[int(x) for x in latency_ms]))
                 items.append(dict(role="delivery", time=t, priority=prio, parcels=parcels))
                 continue
             role = world.roles.get(getattr(cb, "__self__", None))
@@ -383,8 +383,8 @@ class Checkpoint:
             role = item["role"]
             if role == "delivery":
                 ev.callbacks.append(Delivery(world, [
-                    (int(p["sender"]), entries[p["entry"]], p["alert_type"], np.array(p["receivers"], dtype=np.int64),
-                     np.array(p["delays_s"], dtype=np.float64)) for p in item["parcels"]]))
+                    (int(p["sender"]), entries[p["entry"]], p["alert_type"], np.array(p["receivers"], dtype=np.int32),
+                     np.array(p["latency_ms"], dtype=np.int64)) for p in item["parcels"]]))
             elif role == "market":
                 world.start("market", world.market(first=ev))
             elif role == "flusher":

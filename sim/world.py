@@ -52,12 +52,20 @@ class RunInterrupted(Exception):
         self.signum = signum
 
 
+def _latency_ms(delays_s: np.ndarray) -> np.ndarray:
+    """Push latencies in whole ms, int32 unless one is longer than int32 holds (~24.8 days)."""
+    ms = np.rint(delays_s * 1000)
+    return ms.astype(np.int32 if ms.size == 0 or ms.max() <= np.iinfo(np.int32).max else np.int64)
+
+
 class Delivery:
     """Clade pushes arriving at one instant: the callback of one SimPy event.
 
-    `parcels` holds (sender, entry, alert_type, receivers, delays_s) in the order the pushes were
+    `parcels` holds (sender, entry, alert_type, receivers, latency_ms) in the order the pushes were
     made, so one event per instant gives the same order as one event per receiver would (SimPy
-    runs equal times in creation order). Plain data, so a checkpoint can save it (sim.checkpoint).
+    runs equal times in creation order). Receivers and latencies are int32 (`_latency_ms`), 8 bytes
+    a copy: a push wave of a 100,000-Golem population is ~10^8 copies in flight. Plain data, so a
+    checkpoint can save it (sim.checkpoint).
     """
 
     __slots__ = ("world", "parcels")
@@ -392,9 +400,11 @@ class World:
             delays = np.maximum(lat + jit * u, 0.001)
             self.stats.pushes += 1
             times = self.env.now + delays
+            latency_ms = _latency_ms(delays)
+            sibs = sibs.astype(np.int32)
             for t in np.unique(times).tolist():
                 at = times == t
-                arrivals.setdefault(t, []).append((sender, entry, push["alert_type"], sibs[at], delays[at]))
+                arrivals.setdefault(t, []).append((sender, entry, push["alert_type"], sibs[at], latency_ms[at]))
         for t, parcels in arrivals.items():   # insertion order: first arrival of each instant
             self.at(t).callbacks.append(Delivery(self, parcels))
 
@@ -409,10 +419,12 @@ class World:
         """Pushes arrive: the living siblings store the copies and feel the contagion."""
         alive = self.pop.alive
         live = []
-        for sender, entry, alert_type, recv, delays in parcels:
+        for sender, entry, alert_type, recv, latency_ms in parcels:
             keep = alive[recv] & (recv != sender)   # a dead Golem receives nothing
-            if keep.any():
-                live.append((sender, entry, alert_type, recv[keep], np.rint(delays[keep] * 1000).astype(np.int64)))
+            if keep.all():                          # the usual case: no copy of the receivers
+                live.append((sender, entry, alert_type, recv, latency_ms))
+            elif keep.any():
+                live.append((sender, entry, alert_type, recv[keep], latency_ms[keep]))
         if not live:
             return
         n, rows = cladem.receive(self.mind, live, self.now_ms, self.cfg.clade.contagion_attenuation,
