@@ -7,8 +7,8 @@ rides on one memory stream; at d = 64 an entry is 64 bytes of codes, 129 of colu
 times, where float32 embeddings alone would take 256 (docs/performance.md: what the rounding does to
 scores; docs/decisions.md: why int8). Evicting overwrites a slot in place; the slab never moves, and an
 entry is never removed from its slot, only replaced or archived, so every slot below a slab's
-count holds an entry. Sparse, rarely-set fields (reflex phrases and firings, links) live in dicts keyed by
-entry id so that memory per entry stays O(d).
+count holds an entry. Sparse, rarely-set fields (reflex phrases and firings, links) live in dicts
+keyed by entry id so that memory per entry stays O(d).
 """
 from __future__ import annotations
 
