@@ -84,7 +84,7 @@ def _contagion(mind, parcel: tuple, attenuation: float) -> tuple:
     pad after, confidence)."""
     pop, cfg = mind.pop, mind.cfg
     sender, entry, alert_type, recv, latency_ms = parcel
-    recv = np.asarray(recv, dtype=np.int64)     # a parcel's own receivers, one Clade's at a time
+    recv = np.asarray(recv, dtype=np.int64)     # Golem ids as the rows hold them (in flight they are int32)
     tag = np.array([entry["p"], entry["a"], entry["d"]]) if entry["has_tag"] else np.zeros(3)
     before = pop.pad[recv]                      # fancy indexing: a copy
     after = before.copy()

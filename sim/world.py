@@ -63,8 +63,9 @@ class Delivery:
 
     `parcels` holds (sender, entry, alert_type, receivers, latency_ms) in the order the pushes were
     made, so one event per instant gives the same order as one event per receiver would (SimPy
-    runs equal times in creation order). Receivers and latencies are int32 (`_latency_ms`), 8 bytes
-    a copy: a push wave of a 100,000-Golem population is ~10^8 copies in flight. Plain data, so a
+    runs equal times in creation order). Receivers are int32 and latencies int32 where they fit
+    (`_latency_ms`), 8 bytes a copy: a push wave of a 100,000-Golem population is ~10^8 copies in
+    flight. Plain data, so a
     checkpoint can save it (sim.checkpoint).
     """
 
