@@ -38,19 +38,21 @@ def capture(gr: gm.Grimoire, slot: int) -> dict:
 def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -> tuple[int, dict | None]:
     """Store the inherited copies and apply contagion for pushes arriving at one instant.
 
-    `parcels` is a list of (sender, entry, alert_type, receivers, latency_ms) in arrival order;
-    the receivers of one parcel are distinct, so a parcel is one vectorised step, and parcels are
-    applied in order (a receiver hit twice feels the second push on top of the first, and the
-    copy's confidence uses its arousal at that moment). The copies are stored as one insert of
-    all of them in delivery order would store them (slots, and ids numbered in delivery order),
-    Clade by Clade (receivers are the sender's siblings, so Clades share no Golem) and in pieces
-    of whole receivers (`Grimoire.insert_pieces`): a push wave of a 1,000-Golem Clade is ~10^6
-    copies an instant, and only one Clade's are held at a time. The copy keeps the sender's
-    emotional tag (it is the sender's feeling that travels); its confidence is the 'inherited'
-    source (0.6) times the receiver's arousal encoding factor. Returns the number of deliveries
-    and, when `rows` (someone records them), their `contagion` events as columns, one row per
-    delivery in delivery order (the recorder formats the payload); the `entries` rows of the
-    stored copies go to `mind.pending_entries`.
+    `parcels` is a list of (sender, entry, alert_type, receivers, latency_ms) in arrival order. A
+    parcel's receivers are distinct and may include the sender and the dead (a Clade's pushes of
+    one instant share one receiver array): those receive nothing. A parcel is one vectorised step,
+    and parcels are applied in order (a receiver hit twice feels the second push on top of the
+    first, and the copy's confidence uses its arousal at that moment). The copies are stored as
+    one insert of all of them in delivery order would store them (slots, and ids numbered in
+    delivery order), Clade by Clade (receivers are the sender's siblings, so Clades share no
+    Golem) and in pieces of whole receivers (`Grimoire.insert_pieces`): a push wave of a
+    1,000-Golem Clade is ~10^6 copies an instant, and only one Clade's are held at a time (without
+    `rows`, not even their slots: `_number_in_place`). The copy keeps the sender's emotional tag
+    (it is the sender's feeling that travels); its confidence is the 'inherited' source (0.6)
+    times the receiver's arousal encoding factor. Returns the number of deliveries and, when
+    `rows` (someone records them), their `contagion` events as columns, one row per delivery in
+    delivery order (the recorder formats the payload); the `entries` rows of the stored copies go
+    to `mind.pending_entries`.
     """
     pop = mind.pop
     if not parcels:
@@ -60,30 +62,42 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
         groups.setdefault(int(pop.clade[parcel[0]]), []).append(i)
     staged: list = [None] * len(parcels)
     slots_of: list = [None] * len(parcels)       # per parcel: the slot of each delivery (-1 refused)
+    stored = np.zeros(len(parcels), dtype=np.int64)   # per parcel: copies stored
+    total = 0
     for members in groups.values():
-        part = [_contagion(mind, parcels[i], attenuation) for i in members]
-        for i, x, piece in zip(members, part, _store_copies(mind, part, now_ms)):
-            slots_of[i] = piece
-            staged[i] = x if rows else None
-    ids_of = _number(mind.gr, slots_of)
-    total = sum(len(p[3]) for p in parcels)
+        part = [_contagion(mind, parcels[i], attenuation, pad=rows) for i in members]
+        total += sum(len(x[3]) for x in part)
+        pieces = _store_copies(mind, part, now_ms)
+        for i, x, piece in zip(members, part, pieces):
+            stored[i] = int((piece >= 0).sum())
+            if rows:
+                slots_of[i], staged[i] = piece, x
+        if not rows:
+            _mark_in_place(mind.gr, pieces)
     if not rows:
+        _number_in_place(mind.gr, groups, stored, [np.unique(np.concatenate([parcels[i][3] for i in m]))
+                                                   for m in groups.values()])
         return total, None
+    ids_of = _number(mind.gr, slots_of)
     at = np.repeat(np.arange(len(staged)), [len(x[3]) for x in staged])      # the parcel of each delivery
     slots, ids = np.concatenate(slots_of), np.concatenate(ids_of)
-    stored = slots >= 0
-    if stored.any():
+    ok = slots >= 0
+    if ok.any():
         mind.pending_entries.append(_copy_rows(mind, staged, at, slots, ids, now_ms))
-    return at.size, _contagion_columns(mind, staged, at, ids, stored, now_ms)
+    return at.size, _contagion_columns(mind, staged, at, ids, ok, now_ms)
 
 
-def _contagion(mind, parcel: tuple, attenuation: float) -> tuple:
+def _contagion(mind, parcel: tuple, attenuation: float, pad: bool = True) -> tuple:
     """One parcel's contagion: the receivers' P and A move by the sender's tag x attenuation (D is
     sovereign); the copy's confidence is the inherited source's at each receiver's arousal before.
-    Returns the parcel staged: (sender, entry, alert_type, receivers, latency_ms, tag, pad before,
-    pad after, confidence)."""
+    Returns the parcel staged for its living receivers other than the sender: (sender, entry,
+    alert_type, receivers, latency_ms, tag, pad before, pad after, confidence); the PADs are None
+    unless `pad` (only the rows need them)."""
     pop, cfg = mind.pop, mind.cfg
     sender, entry, alert_type, recv, latency_ms = parcel
+    keep = pop.alive[recv] & (recv != sender)
+    if not keep.all():
+        recv, latency_ms = recv[keep], latency_ms[keep]
     recv = np.asarray(recv, dtype=np.int64)     # Golem ids as the rows hold them (in flight they are int32)
     tag = np.array([entry["p"], entry["a"], entry["d"]]) if entry["has_tag"] else np.zeros(3)
     before = pop.pad[recv]                      # fancy indexing: a copy
@@ -92,6 +106,8 @@ def _contagion(mind, parcel: tuple, attenuation: float) -> tuple:
     pop.pad[recv] = after
     conf = gm.initial_confidence_batch(cfg.confidence.inherited, before[:, 1], cfg.arousal.encoding_peak,
                                        cfg.arousal.encoding_width)
+    if not pad:
+        before = after = None
     return sender, entry, alert_type, recv, latency_ms, tag, before, after, conf
 
 
@@ -129,6 +145,41 @@ def _number(gr: gm.Grimoire, slots_of: list) -> list[np.ndarray]:
         gr.cols["id"][piece[ok]] = ids[ok]
         ids_of.append(ids)
     return ids_of
+
+
+#: A stored copy awaiting its id holds UNNUMBERED - q in the id column, q its place among its
+#: Clade's stored copies of the instant (every live id is >= 0, an unnumbered insert writes -2).
+UNNUMBERED = -3
+
+
+def _mark_in_place(gr: gm.Grimoire, pieces: list[np.ndarray]) -> None:
+    """Write each of one Clade's stored copies its place q (in delivery order) into the id
+    column, so its slots need not be kept until the ids are known. A copy evicted by a later one
+    of the same instant leaves its slot to that one, as in `_number`."""
+    q = 0
+    for piece in pieces:     # parcel by parcel: a slot stored twice keeps the later copy's place
+        ok = piece[piece >= 0]
+        gr.cols["id"][ok] = UNNUMBERED - q - np.arange(ok.size)
+        q += ok.size
+
+
+def _number_in_place(gr: gm.Grimoire, groups: dict[int, list[int]], stored: np.ndarray,
+                     receivers: list[np.ndarray]) -> None:
+    """`_number` for copies marked by `_mark_in_place`: a copy's id is where it stands in delivery
+    order over all Clades, from its parcel's place and its own place within its Clade, read back
+    from the receivers' slabs."""
+    first = gr.next_id + np.cumsum(stored) - stored       # per parcel: the id of its first stored copy
+    gr.next_id += int(stored.sum())
+    ids = gr.cols["id"].reshape(gr.n_golems, gr.capacity)
+    for members, golems in zip(groups.values(), receivers):
+        m = np.asarray(members)
+        before = np.cumsum(stored[m]) - stored[m]         # the Clade's stored copies before each of its parcels
+        slab = ids[golems]                                # a copy (fancy indexing)
+        marked = slab <= UNNUMBERED
+        q = UNNUMBERED - slab[marked]
+        j = np.searchsorted(before, q, side="right") - 1  # the parcel (within the Clade) of each copy
+        slab[marked] = first[m[j]] + q - before[j]
+        ids[golems] = slab
 
 
 def _copy_rows(mind, staged: list, at: np.ndarray, slots: np.ndarray, ids: np.ndarray, now_ms: int) -> dict:

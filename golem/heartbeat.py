@@ -22,7 +22,7 @@ from golem.context import Lexicon, normalise, topic_code
 from golem.memory_writer import KINDS, Candidates, write
 from golem.plugins import CohortView
 from golem.pad import EMOTION_CODES as EMOTION_NAMES
-from golem.population import HIST, Population
+from golem.population import HIST, MARKER_REGIMES, Population
 from golem.rng import uniform
 
 STATE_TICK = "SENSING>DECIDING>ACTING>REFLECTING"
@@ -399,7 +399,7 @@ class Mind:
         SENSING): (pattern, strength, valence, strong and negative, strong and positive with a
         cached target)."""
         pop, sm = self.pop, self.cfg.somatic
-        pattern = (np.minimum(regime, 15) * 3 + (sgn + 1)) * 4 + sev
+        pattern = (np.minimum(regime, MARKER_REGIMES - 1) * 3 + (sgn + 1)) * 4 + sev
         strength = pop.som_cnt[ix, pattern]
         valence = pop.som_sum[ix, pattern]          # exponentially weighted valence of the pattern's episodes
         neg = (strength > sm.min_strength) & (valence < sm.negative_valence)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from golem.population import PATTERNS_PER_REGIME
+
 #: The nine categories of a death reflection; the starred ones (3, 4, 5) weigh most.
 DEATH_CATEGORIES = (
     "what I did well", "what worked by luck", "what I got wrong", "what confused me",
@@ -37,7 +39,7 @@ def terminal_drift(pad: np.ndarray, drift: float) -> np.ndarray:
 
 
 def regime_valences(som_sum: np.ndarray, som_cnt: np.ndarray, regime_names: tuple[str, ...],
-                    per_regime: int = 12) -> dict[str, float]:
+                    per_regime: int = PATTERNS_PER_REGIME) -> dict[str, float]:
     """Mean valence of the Golem's episodes per regime it lived through, from its somatic markers
     (a pattern's valence weighted by its episode count; patterns are regime-major)."""
     s = np.asarray(som_sum, dtype=np.float64)

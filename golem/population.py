@@ -14,7 +14,8 @@ PHASES = ("thriving", "stable", "conservation", "declining", "terminal", "dead")
 STRATEGIES = ("momentum", "mean_reversion", "hodl")
 TIERS = ("T0", "T1", "T2")
 SEVERITIES = ("none", "low", "medium", "high")
-N_PATTERNS = 16 * 3 * 4     # regime (<=16) x return sign x probe severity
+MARKER_REGIMES = 16         # the somatic markers tell apart at most 16 regimes (later ones share the 16th)
+PATTERNS_PER_REGIME = 3 * 4  # return sign x probe severity
 FB_RING = 8
 HIST = 64
 
@@ -29,7 +30,7 @@ class Population:
     baseline: np.ndarray              # (n, 3) temperament
     budget0: np.ndarray
     value0: np.ndarray
-    n_regimes: int = 16
+    n_regimes: int = 16               # the market's regimes (regime codes are below it)
     trend_scale: np.ndarray | None = None   # per-Golem strategy parameters (individual differences)
     memory_weight: np.ndarray | None = None
     risk: np.ndarray | None = None          # scales the maximum exposure
@@ -136,11 +137,14 @@ class Population:
         self.drove_sign = np.zeros((n, 8), dtype=np.int8)
         self.ctx = np.zeros((n, 1), dtype=np.float32)
         self.ctx_topic = np.zeros(n, dtype=np.int32)
-        self.som_sum = np.zeros((n, N_PATTERNS))
-        self.som_cnt = np.zeros((n, N_PATTERNS), dtype=np.int32)
-        self.som_arousal = np.zeros((n, N_PATTERNS))
-        self.som_target = np.full((n, N_PATTERNS), np.nan)
-        self.som_emotion = np.zeros((n, N_PATTERNS, 9), dtype=np.int32)
+        # one marker per pattern of the regimes this market has (regime-major), not of all 16: at
+        # 64 bytes a pattern that is most of a Golem's state beside its Grimoire
+        P = min(self.n_regimes, MARKER_REGIMES) * PATTERNS_PER_REGIME
+        self.som_sum = np.zeros((n, P))
+        self.som_cnt = np.zeros((n, P), dtype=np.int32)
+        self.som_arousal = np.zeros((n, P))
+        self.som_target = np.full((n, P), np.nan)
+        self.som_emotion = np.zeros((n, P, 9), dtype=np.int32)
         self.dead_ms = np.full(n, -1, dtype=np.int64)
         self.contrarian_pending = np.full((n, 3), -1, dtype=np.int64)
         self.curator_last_ms = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)

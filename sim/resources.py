@@ -16,11 +16,15 @@ import resource
 from pathlib import Path
 
 from golem.grimoire import Grimoire
+from golem.population import MARKER_REGIMES, PATTERNS_PER_REGIME
 from sim.errors import InputError, clip, escape
 from sim.scenario import BAR, Scenario, parse_duration
 
-#: population, Mind and per-Golem buffers (14 kB measured) with room to grow
-PER_GOLEM = 32 * 1024
+#: per Golem beside its Grimoire: the population's arrays but the somatic markers (3.4 kB), the
+#: Mind's and the tick's buffers (~9 kB measured at 10,000 Golems), with room to grow
+PER_GOLEM = 16 * 1024
+#: per somatic-marker pattern of a Golem (valence, arousal, target, count, 9 emotion counts)
+PER_PATTERN = 8 * 3 + 4 + 4 * 9
 #: bytes per market step per asset (bars, TVL and the generator's draws and temporaries)
 PER_STEP_ASSET = 8 * 16
 PER_STEP = 8 * 10
@@ -47,9 +51,11 @@ def estimate(scenario: Scenario, cfg, record: bool = True) -> dict[str, int]:
     """Bytes the run will hold at its peak, by part."""
     n = sum(g.count for g in scenario.golems)
     cap, dim = cfg.grimoire.capacity, cfg.grimoire.embedding_dim
+    # the markers are sized by the market's regimes; a tape's are not known before it is read
+    regimes = len(scenario.market.regimes) if scenario.market.tape is None else MARKER_REGIMES
     parts = {"grimoire": Grimoire.bytes_for(n, cap, dim, fingerprints=cfg.retrieval.mode == "somatic_hdc",
                                             act_ring=max(1, cfg.reflex.promotion_min)),   # as the Mind sizes it
-             "golems": n * PER_GOLEM}
+             "golems": n * (PER_GOLEM + PER_PATTERN * PATTERNS_PER_REGIME * min(MARKER_REGIMES, regimes))}
     if scenario.market.tape is None:
         steps = scenario.duration_s / scenario.market.step_s + 2
         parts["tape"] = int(steps * (len(scenario.market.assets) * PER_STEP_ASSET + PER_STEP))

@@ -161,7 +161,7 @@ class World:
         pop = Population(n=n, clade=np.array([r[0] for r in rows], np.int32), clade_names=self.clade_names,
                          asset=np.array([r[1] for r in rows], np.int16), strategy=np.array([r[2] for r in rows], np.int8),
                          baseline=np.array([r[3] for r in rows], np.float64), budget0=np.array([r[4] for r in rows]),
-                         value0=np.array([r[5] for r in rows], np.float64), n_regimes=max(16, len(self.tape.regime_names)),
+                         value0=np.array([r[5] for r in rows], np.float64), n_regimes=len(self.tape.regime_names),
                          trend_scale=np.array([r[7] for r in rows]), memory_weight=np.array([r[8] for r in rows]),
                          risk=np.array([r[9] for r in rows]))
         price0 = self.tape.close[0, pop.asset.astype(np.int64)]
@@ -368,38 +368,41 @@ class World:
 
     def push(self, pushes: list[dict]) -> None:
         """Schedule delivery of each pushed entry to every living sibling after the Clade's latency:
-        one SimPy event per arrival instant (with no jitter, all siblings of a push share one)."""
+        one SimPy event per arrival instant. A Clade without jitter sends all its pushes of the
+        instant to one shared receiver array (its living members; the sender is left out at
+        delivery), so a push wave holds no receiver list per push."""
         if not self.cfg.clade.enabled:
             return
-        arrivals: dict[float, list[tuple]] = {}
         members: dict[int, np.ndarray] = {}   # living members of each Clade (no one dies in here)
         sent = []
         for push in pushes:
-            sender = push["sender"]
-            cl = int(self.pop.clade[sender])
+            cl = int(self.pop.clade[push["sender"]])
             if cl not in members:
                 members[cl] = np.flatnonzero((self.pop.clade == cl) & self.pop.alive)
-            sibs = members[cl][members[cl] != sender]
-            if sibs.size:
-                sent.append((push, cl, sibs))
+            if (members[cl] != push["sender"]).any():   # someone besides the sender (who may be dying)
+                sent.append((push, cl))
         if not sent:
             return
-        # the receivers' jitter draws a group of pushes at a time (~PUSH_DRAWS receivers): the draws
-        # are elementwise (counter-based), so one call gives each (receiver, entry) pair the same
-        # number as a call per push, and a push wave of 1,000-Golem Clades (~10^6 receivers each)
-        # never holds all its draws at once
-        groups, start, count = [], 0, 0
-        for i, (_, _, sibs) in enumerate(sent):
-            count += sibs.size
-            if count >= PUSH_DRAWS or i == len(sent) - 1:
-                groups.append(sent[start:i + 1])
-                start, count = i + 1, 0
-        for (push, cl, sibs), u in ((x, u) for grp in groups for x, u in zip(grp, self._jitter_draws(grp))):
+        shared: dict[int, tuple] = {}         # Clade -> (arrival, receivers, latencies in ms)
+        for cl in {cl for _, cl in sent}:
+            lat, jit = self.latency[cl]
+            if jit == 0:
+                delay = max(lat, 0.001)
+                shared[cl] = (self.env.now + delay, members[cl].astype(np.int32),
+                              _latency_ms(np.full(members[cl].size, delay)))
+        draws = self._jitter_draws([(push, members[cl]) for push, cl in sent if cl not in shared])
+        arrivals: dict[float, list[tuple]] = {}
+        for push, cl in sent:
             sender = push["sender"]
             entry = cladem.capture(self.gr, push["slot"])
-            lat, jit = self.latency[cl]
-            delays = np.maximum(lat + jit * u, 0.001)
             self.stats.pushes += 1
+            if cl in shared:
+                t, recv, latency_ms = shared[cl]
+                arrivals.setdefault(t, []).append((sender, entry, push["alert_type"], recv, latency_ms))
+                continue
+            sibs = members[cl][members[cl] != sender]
+            lat, jit = self.latency[cl]
+            delays = np.maximum(lat + jit * next(draws), 0.001)
             times = self.env.now + delays
             latency_ms = _latency_ms(delays)
             sibs = sibs.astype(np.int32)
@@ -409,23 +412,28 @@ class World:
         for t, parcels in arrivals.items():   # insertion order: first arrival of each instant
             self.at(t).callbacks.append(Delivery(self, parcels))
 
-    def _jitter_draws(self, sent: list[tuple]) -> list[np.ndarray]:
-        """The uniform jitter draw of each receiver of each push of `sent`, one call for all."""
-        sizes = [sibs.size for _, _, sibs in sent]
-        u = hash_uniform_array(self.seed, np.concatenate([sibs for _, _, sibs in sent]),
-                               np.repeat([push["entry_id"] for push, _, _ in sent], sizes), 11)
-        return np.split(u, np.cumsum(sizes)[:-1])
+    def _jitter_draws(self, sent: list[tuple]):
+        """The uniform jitter draws of each push of `sent` ((push, its Clade's members)), over its
+        siblings in order: one array per push. The draws are elementwise (counter-based), so a call
+        for a group of pushes (~PUSH_DRAWS receivers) gives each (receiver, entry) pair the number
+        a call per push would, and a push wave of 1,000-Golem Clades (~10^6 receivers each) never
+        holds all its draws at once."""
+        group: list[tuple] = []
+        count = 0
+        for i, (push, mem) in enumerate(sent):
+            group.append((push, mem[mem != push["sender"]]))
+            count += group[-1][1].size
+            if count >= PUSH_DRAWS or i == len(sent) - 1:
+                sizes = [sibs.size for _, sibs in group]
+                u = hash_uniform_array(self.seed, np.concatenate([sibs for _, sibs in group]),
+                                       np.repeat([p["entry_id"] for p, _ in group], sizes), 11)
+                yield from np.split(u, np.cumsum(sizes)[:-1])
+                group, count = [], 0
 
     def deliver(self, parcels: list[tuple]) -> None:
         """Pushes arrive: the living siblings store the copies and feel the contagion."""
-        alive = self.pop.alive
-        live = []
-        for sender, entry, alert_type, recv, latency_ms in parcels:
-            keep = alive[recv] & (recv != sender)   # a dead Golem receives nothing
-            if keep.all():                          # the usual case: no copy of the receivers
-                live.append((sender, entry, alert_type, recv, latency_ms))
-            elif keep.any():
-                live.append((sender, entry, alert_type, recv[keep], latency_ms[keep]))
+        alive = self.pop.alive     # a dead Golem receives nothing, nor does the sender (clade.receive)
+        live = [p for p in parcels if (alive[p[3]] & (p[3] != p[0])).any()]
         if not live:
             return
         n, rows = cladem.receive(self.mind, live, self.now_ms, self.cfg.clade.contagion_attenuation,

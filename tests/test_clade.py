@@ -7,6 +7,7 @@ import pytest
 
 from conftest import events, payloads, run_scenario, table
 from golem import clade
+from golem import grimoire as gm
 from golem.pad import apply_contagion, arousal_encoding_factor
 from golem.rng import uniform
 
@@ -124,3 +125,67 @@ def test_contagion_payloads_are_the_json_of_their_fields(panic_run):
                           "inherited_confidence", "stored"}
         assert value == p["pad_after"][1] - p["pad_before"][1]
         assert p["signal"] in clade.SIGNALS and isinstance(p["stored"], bool) and p["latency_ms"] > 0
+
+
+WAVE = """
+name: wave
+duration: 20h
+seed: 4
+overrides:
+  grimoire.capacity: 12
+market:
+  events:
+    - {kind: exploit, at: 14h, asset: BTC, duration: 1h, severity: high, impact: -0.05}
+clades:
+  - {name: a}
+  - {name: b}
+  - {name: c, jitter: 1.5s}
+golems:
+  - {count: 9, clade: a, asset: BTC, strategy: momentum, prefill: 12}
+  - {count: 7, clade: b, asset: BTC, strategy: mean_reversion, prefill: 6}
+  - {count: 8, clade: c, asset: BTC, strategy: momentum, prefill: 12}
+"""
+
+
+def test_a_run_not_recorded_stores_and_numbers_the_copies_as_a_recorded_one(tmp_path):
+    """Unrecorded, a push wave's copies are numbered in place (their slots are not kept, the two
+    jitter-free Clades share one receiver array each): the Grimoires end as the recorded run's,
+    column by column, ids included, with copies refused, copies evicting copies of the same
+    instant and Clades interleaved in one instant."""
+    from sim.run import execute
+    (tmp_path / "wave.yaml").write_text(WAVE)
+    worlds = [execute(tmp_path / "wave.yaml", tmp_path / f"r{int(r)}", environ={}, record=r).world for r in (True, False)]
+    a, b = (w.gr for w in worlds)
+    assert worlds[0].stats.deliveries == worlds[1].stats.deliveries > 100
+    ev = events(tmp_path / "r1", "contagion")
+    per_instant = ev.group_by("time_ms").agg(pl.col("clade_id").n_unique().alias("clades"), pl.len().alias("n"))
+    assert per_instant["clades"].max() >= 2 and per_instant["n"].max() > 12          # Clades meet; more copies than slots
+    stored = pl.Series([x["stored"] for x in payloads(ev)])
+    assert stored.sum() > 100 and (~stored).sum() > 10                                  # copies kept and refused
+    assert a.next_id == b.next_id and np.array_equal(a.count, b.count) and np.array_equal(a.codes, b.codes)
+    for k in a.cols:
+        assert np.array_equal(a.cols[k], b.cols[k], equal_nan=a.cols[k].dtype.kind == "f"), k
+    assert (a.cols["id"] >= -1).all()
+    assert np.array_equal(worlds[0].pop.pad, worlds[1].pop.pad)
+
+
+def test_numbering_in_place_gives_the_ids_numbering_the_kept_slots_gives():
+    """`_number_in_place` against `_number` by hand: parcels of two Clades interleaved, a refused
+    copy (-1) and a slot stored twice in one instant (a copy evicting an earlier one: the later
+    copy's id stays, and the evicted one still took its number)."""
+    n_golems, cap = 3, 4
+    slots_of = [np.array([0, 4]), np.array([8, -1]), np.array([1, 4]), np.array([9])]   # parcels 0, 2: Clade 0 (Golems 0, 1)
+    groups = {0: [0, 2], 1: [1, 3]}                                                      # parcels 1, 3: Clade 1 (Golem 2)
+    by_hand = {0: 100, 4: 104, 8: 102, 1: 103, 9: 105}   # delivery order: 0 4 | 8 | 1 4 | 9 from id 100; slot 4 keeps 104
+    grs = [gm.Grimoire(n_golems, cap, 8) for _ in range(2)]
+    for gr in grs:
+        gr.next_id = 100
+        gr.count[:] = 2
+    clade._number(grs[0], slots_of)
+    for members in groups.values():
+        clade._mark_in_place(grs[1], [slots_of[i] for i in members])
+    stored = np.array([(s >= 0).sum() for s in slots_of])
+    clade._number_in_place(grs[1], groups, stored, [np.array([0, 1]), np.array([2])])
+    for gr in grs:
+        assert {k: gr.cols["id"][k] for k in by_hand} == by_hand and gr.next_id == 106
+    assert np.array_equal(grs[0].cols["id"], grs[1].cols["id"])

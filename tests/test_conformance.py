@@ -271,6 +271,22 @@ def _world(tmp_path, sets=(), text=None, name="w"):
     return World(scenario, cfg, generate(scenario.market, scenario.duration_s, seed), seed)
 
 
+@pytest.mark.parametrize("regimes, patterns", [(1, 12), (4, 48), (20, 192)])
+def test_somatic_markers_are_kept_for_the_markets_regimes(tmp_path, regimes, patterns):
+    """SPEC §5: a marker per (regime, move sign, probe severity) pattern: 12 a regime, for the
+    market's regimes and at most 16 (later regimes share the 16th's), and the memory estimate
+    counts the same 64 bytes a pattern."""
+    from sim import resources
+    names = [f"r{i}" for i in range(regimes)]
+    reg = "".join(f"    {n}: {{vol: 0.01, next: {{{names[(i + 1) % regimes]}: 1.0}}}}\n" for i, n in enumerate(names))
+    text = f"name: w\nduration: 1h\nseed: 1\nmarket:\n  initial_regime: r0\n  regimes:\n{reg}golems:\n  - {{count: 3}}\n"
+    w = _world(tmp_path, text=text)
+    for k in ("som_sum", "som_cnt", "som_arousal", "som_target", "som_emotion"):
+        assert getattr(w.pop, k).shape[:2] == (3, patterns), k
+    per_golem = resources.estimate(w.scenario, w.cfg, record=False)["golems"] / 3
+    assert per_golem == resources.PER_GOLEM + 64 * patterns
+
+
 def test_imports_have_tier_ttl_0_and_their_sources_confidence(tmp_path):
     """SPEC §3.2: an import bypassed gating, so its window is class days x (1 + s) (regime-
     conditional: 14 d); SPEC §3.4: its confidence is its source's, 0.8 for verified records by
@@ -658,6 +674,23 @@ def test_no_golem_receives_its_own_push(tmp_path):
     w.deliver([(0, entry, "flashbulb", np.array([0, 1]), np.array([2.0, 2.0]))])
     assert w.gr.count.tolist() == [1, 1]
     assert (w.pop.pad[0] == before[0]).all() and w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3)
+
+
+@pytest.mark.parametrize("jitter", ["0s", "1s"])
+def test_a_dying_golems_push_reaches_its_one_living_sibling(tmp_path, jitter):
+    """SPEC §9, §10: the death reflection is pushed when its writer is already dead; a Clade of two
+    has one living sibling, who receives it (with and without jitter: one shared receiver array or
+    a list per push) after the Clade's latency, and the dead writer gets nothing back."""
+    w = _world(tmp_path, text=f"name: w\nduration: 1h\nseed: 1\nclades:\n  - {{name: c, jitter: {jitter}}}\n"
+                              "golems:\n  - {count: 2, clade: c}\n")
+    w.gr.insert(np.array([0]), np.ones((1, w.gr.dim)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf,
+                                                            has_tag=True, p=np.float32(-0.8), a=np.float32(0.9)))
+    w.pop.alive[0] = False
+    before = w.pop.pad.copy()
+    w.push([dict(sender=0, slot=0, entry_id=int(w.gr.cols["id"][0]), alert_type="death_reflection")])
+    w.env.run(until=3.0)
+    assert w.stats.pushes == 1 and w.gr.count.tolist() == [1, 1]
+    assert w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3) and (w.pop.pad[0] == before[0]).all()
 
 
 @pytest.mark.parametrize("arousal, pushed", [(0.3, True), (0.9, False)])

@@ -91,6 +91,22 @@ def test_population_is_refused_with_its_estimate_where_it_does_not_fit():
         prepare(SCENARIOS / "population.yaml", environ={"GOLEM_MEMORY_LIMIT": "16GiB"})
 
 
+def test_population_ticks_in_ten_cohorts_of_ten_thousand():
+    """scenarios/population.yaml's comment: 100 Clades of 1,000 in ten cohorts of 10,000 (offsets
+    0, 30, ..., 270 s, ten consecutive Clades each), so the first ten Clades are one whole cohort."""
+    import yaml
+
+    from sim.scenario import parse_duration
+    doc = yaml.safe_load((SCENARIOS / "population.yaml").read_text())
+    cohorts: dict[float, list[str]] = {}
+    for g in doc["golems"]:
+        cohorts.setdefault(parse_duration(g["start"]), []).extend([g["clade"]] * g["count"])
+    assert sorted(cohorts) == [30.0 * i for i in range(10)]
+    assert [sorted(set(m), key=lambda c: int(c[1:])) for m in cohorts.values()] == [
+        [f"c{10 * i + j}" for j in range(10)] for i in range(10)]
+    assert all(len(m) == 10_000 for m in cohorts.values())
+
+
 def test_tables_have_fixed_schemas_and_a_manifest(flash_run):
     run = flash_run.run_dir
     m = flash_run.manifest
