@@ -688,9 +688,28 @@ def test_a_dying_golems_push_reaches_its_one_living_sibling(tmp_path, jitter):
     w.pop.alive[0] = False
     before = w.pop.pad.copy()
     w.push([dict(sender=0, slot=0, entry_id=int(w.gr.cols["id"][0]), alert_type="death_reflection")])
-    w.env.run(until=3.0)
+    w.env.run(until=1.999 if jitter == "0s" else 1.0)      # the default latency 2 s (jitter 1 s: 2-3 s)
+    assert w.gr.count.tolist() == [1, 0]
+    w.env.run(until=2.001 if jitter == "0s" else 3.001)
     assert w.stats.pushes == 1 and w.gr.count.tolist() == [1, 1]
     assert w.pop.pad[1, 0] == pytest.approx(before[1, 0] - 0.8 * 0.3) and (w.pop.pad[0] == before[0]).all()
+
+
+def test_a_clade_without_jitter_sends_its_pushes_of_an_instant_to_one_receiver_array(tmp_path):
+    """docs/decisions.md, "A push wave holds nothing per copy": three pushes of one instant from a
+    jitter-free Clade of four are one delivery whose parcels share one receiver array (the
+    living members, senders included), and each sender's copies reach its three siblings only."""
+    from sim.world import Delivery
+    w = _world(tmp_path, text="name: w\nduration: 1h\nseed: 1\ngolems:\n  - {count: 4}\n")
+    w.gr.insert(np.arange(3), np.ones((3, w.gr.dim)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf))
+    w.push([dict(sender=g, slot=g * w.gr.capacity, entry_id=int(w.gr.cols["id"][g * w.gr.capacity]),
+                 alert_type="flashbulb") for g in range(3)])
+    deliveries = [cb for *_, ev in w.env._queue for cb in ev.callbacks if isinstance(cb, Delivery)]
+    assert len(deliveries) == 1 and len(deliveries[0].parcels) == 3
+    recv = [p[3] for p in deliveries[0].parcels]
+    assert recv[0] is recv[1] is recv[2] and recv[0].tolist() == [0, 1, 2, 3]
+    w.env.run(until=2.001)
+    assert w.gr.count.tolist() == [1 + 2, 1 + 2, 1 + 2, 3] and w.stats.deliveries == 9
 
 
 @pytest.mark.parametrize("arousal, pushed", [(0.3, True), (0.9, False)])
