@@ -278,9 +278,26 @@ class Grimoire:
         self.codes = np.zeros((n, code_stride(self.dim)), dtype=np.int8)
         self.count = np.zeros(self.n_golems, dtype=np.int64)
         self.fp = np.zeros((n, 160), dtype=np.uint64) if self.fingerprints else None
-        # the times of an entry's last `act_ring` acts, a ring indexed by acted_on_count: the
-        # oldest of them, when there are that many, says whether they all fall in a window
-        self.acted_ms = np.zeros((n, max(1, self.act_ring)), dtype=np.int64)
+        self.keep_acts(self.act_ring)
+
+    def keep_acts(self, ring: int) -> None:
+        """Keep the times of each entry's last `ring` acts (none recorded yet): a ring indexed by
+        acted_on_count, whose oldest time, when there are that many, says whether they all fall in
+        a window. A time is 48 bits of ms, the low 32 in `acted_lo` and the high 16 in `acted_hi`
+        (6 bytes an act, not 8: 2^48 ms is ~8,900 years, past any scenario's 100)."""
+        self.act_ring = max(1, ring)
+        n = self.n_golems * self.capacity
+        self.acted_lo = np.zeros((n, self.act_ring), dtype=np.uint32)
+        self.acted_hi = np.zeros((n, self.act_ring), dtype=np.uint16)
+
+    def set_acted(self, slots: np.ndarray, pos: np.ndarray, now_ms: int) -> None:
+        """Write act time now_ms at ring position pos of the entries at slots."""
+        self.acted_lo[slots, pos] = now_ms & 0xFFFF_FFFF
+        self.acted_hi[slots, pos] = now_ms >> 32
+
+    def acted_at(self, slots: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """The act times (int64 ms) at ring position pos of the entries at slots."""
+        return (self.acted_hi[slots, pos].astype(np.int64) << 32) | self.acted_lo[slots, pos].astype(np.int64)
 
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("cols")
@@ -294,7 +311,7 @@ class Grimoire:
         return Embeddings(self)
 
     def bytes_per_entry(self) -> float:
-        total = (self.codes.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_ms.nbytes
+        total = (self.codes.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_lo.nbytes + self.acted_hi.nbytes
                  + (self.fp.nbytes if self.fp is not None else 0))
         return total / (self.n_golems * self.capacity)
 

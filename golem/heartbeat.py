@@ -231,9 +231,8 @@ class Mind:
         if pop.neg_share.shape[1] != cfg.retrieval.rumination_window:
             pop.neg_share = np.zeros((n, cfg.retrieval.rumination_window))
         ring = max(1, cfg.reflex.promotion_min)
-        if gr.acted_ms.shape[1] != ring:
-            gr.act_ring = ring
-            gr.acted_ms = np.zeros((gr.n_golems * gr.capacity, ring), dtype=np.int64)
+        if gr.act_ring != ring:
+            gr.keep_acts(ring)
         gr.protect = cfg.grimoire.protected_salience
         #: first sightings (SPEC §3.3): entity name ("protocol:aave", "counterparty:0xdead") -> its
         #: column of pop.protocol_seen, in order of first appearance

@@ -104,7 +104,7 @@ def record_acts(gr, slots: np.ndarray, now_ms: int) -> None:
     last `gr.act_ring` act times (`slots` -1: no entry)."""
     sl = slots[slots >= 0]
     if sl.size:
-        gr.acted_ms[sl, (gr.cols["acted_on_count"][sl] - 1) % gr.acted_ms.shape[1]] = now_ms
+        gr.set_acted(sl, (gr.cols["acted_on_count"][sl] - 1) % gr.act_ring, now_ms)
 
 
 def acts_in_window(gr, slots: np.ndarray, now_ms: int, min_acted: int, window_days: float) -> np.ndarray:
@@ -114,11 +114,11 @@ def acts_in_window(gr, slots: np.ndarray, now_ms: int, min_acted: int, window_da
     acted = gr.cols["acted_on_count"][slots]
     if min_acted <= 0:
         return np.ones(slots.shape, dtype=bool)
-    ring = gr.acted_ms.shape[1]
+    ring = gr.act_ring
     if ring < min_acted:
         raise ValueError(f"the Grimoire keeps {ring} act times per entry, fewer than reflex.promotion_min {min_acted}")
     # the ring's next write position holds the oldest kept act; with min_acted < ring, step back
-    oldest = gr.acted_ms[slots, (acted - min_acted) % ring]
+    oldest = gr.acted_at(slots, (acted - min_acted) % ring)
     return (acted >= min_acted) & (now_ms - oldest <= window_days * 86_400_000)
 
 

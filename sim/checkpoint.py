@@ -55,8 +55,8 @@ from sim.recorder import TABLES, _json_default, atomic_write_bytes
 from sim.scenario import InputError
 
 #: the checkpoint layout (batched Clade deliveries, arrays as raw .npy records, checksums, reflex
-#: firings as a dict, push latencies in ms); resume refuses others
-FORMAT = 6
+#: firings as a dict, push latencies in ms, act times as 48 bits); resume refuses others
+FORMAT = 7
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 _OURS = re.compile(r"state-\d{5,}\.(json|arrays)(\.tmp)?$")

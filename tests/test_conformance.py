@@ -233,12 +233,25 @@ def test_reflex_proposal_needs_three_acts_within_30_days(acts, proposed):
     assert (slots.size == 1) == proposed
 
 
+@pytest.mark.parametrize("acts, proposed", [
+    ([12, 70, 75], False),           # day 12 is 68 days before day 80 (in 32 bits of ms: 18 days)
+    ([55.5, 70, 75], True),          # day 55.5 is past 2^32 ms (49.7 days): its high bits count
+])
+def test_act_times_past_2_to_the_32_ms_are_exact(acts, proposed):
+    """Act times are kept as 48 bits of ms (6 bytes): a time past 2^32 ms reads back exactly, and
+    an act 2^32 ms older than another is not taken for a recent one."""
+    gr = _acted_entry(acts)
+    assert sorted(gr.acted_at(np.zeros(3, dtype=np.int64), np.arange(3)).tolist()) == [int(t * DAY) for t in acts]
+    slots, _ = reflex.proposals(gr, np.array([0]), 80 * DAY, 3, 30.0)
+    assert (slots.size == 1) == proposed
+
+
 def test_reflex_promotion_minimum_is_the_configs():
     gr = _acted_entry([35, 40], ring=2)
     assert reflex.proposals(gr, np.array([0]), 41 * DAY, 2, 30.0)[0].size == 1
     assert reflex.proposals(gr, np.array([0]), 41 * DAY, 2, 5.0)[0].size == 0      # 35 is 6 days back
     m = minds.mind(n=1, cfg=minds.config(**{"reflex.promotion_min": 5}))
-    assert m.gr.acted_ms.shape[1] == 5                          # the Mind keeps as many act times
+    assert m.gr.act_ring == m.gr.acted_lo.shape[1] == m.gr.acted_hi.shape[1] == 5   # the Mind keeps as many act times
 
 
 @pytest.mark.parametrize("acts, proposed", [

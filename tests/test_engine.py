@@ -86,8 +86,8 @@ def test_population_is_refused_with_its_estimate_where_it_does_not_fit():
     """100,000 Golems x 1,024 entries: a clean refusal naming the estimate, before anything is allocated."""
     from sim.errors import InputError
     from sim.run import prepare
-    with pytest.raises(InputError, match=r"needs about 2\d\.\d GiB of memory \(Grimoire 20\.7 GiB = 100,000 Golems "
-                                         r"x 1,024 entries x 217 B.*more than the 16\.0 GiB of GOLEM_MEMORY_LIMIT"):
+    with pytest.raises(InputError, match=r"needs about 2\d\.\d GiB of memory \(Grimoire 20\.1 GiB = 100,000 Golems "
+                                         r"x 1,024 entries x 211 B.*more than the 16\.0 GiB of GOLEM_MEMORY_LIMIT"):
         prepare(SCENARIOS / "population.yaml", environ={"GOLEM_MEMORY_LIMIT": "16GiB"})
 
 
