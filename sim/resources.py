@@ -21,7 +21,8 @@ from sim.errors import InputError, clip, escape
 from sim.scenario import BAR, Scenario, parse_duration
 
 #: per Golem beside its Grimoire: the population's arrays but the somatic markers (3.4 kB), the
-#: Mind's and the tick's buffers (~9 kB measured at 10,000 Golems), with room to grow
+#: Mind's and the tick's buffers, with room to grow (everything beside the arena, markers
+#: included, measured 14.6 KiB a Golem at 100,000 in ten cohorts)
 PER_GOLEM = 16 * 1024
 #: per somatic-marker pattern of a Golem (valence, arousal, target, count, 9 emotion counts)
 PER_PATTERN = 8 * 3 + 4 + 4 * 9
