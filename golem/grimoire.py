@@ -311,7 +311,8 @@ class Grimoire:
         return Embeddings(self)
 
     def bytes_per_entry(self) -> float:
-        total = (self.codes.nbytes + sum(c.nbytes for c in self.cols.values()) + self.acted_lo.nbytes + self.acted_hi.nbytes
+        total = (self.codes.nbytes + sum(c.nbytes for c in self.cols.values())
+                 + self.acted_lo.nbytes + self.acted_hi.nbytes
                  + (self.fp.nbytes if self.fp is not None else 0))
         return total / (self.n_golems * self.capacity)
 

@@ -690,7 +690,7 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
 
     For every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so no two
     rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1 (the
-    act's time goes into the Grimoire's act-time ring, `reflex.record_acts`); then it returns column[safe]
+    act's time goes into the act-time ring, `reflex.record_acts`); then it returns column[safe]
     for ids, topic, has_outcome, confidence, outcome and access_count, each in its column's dtype,
     safe = the slot or 0 for an empty one (as np.where(slots >= 0, slots, 0) after all the touches:
     empty cells are read in a last serial pass, after the threaded one), and the ids at the shadow
