@@ -284,16 +284,12 @@ class Grimoire:
         """Keep the times of each entry's last `ring` acts (none recorded yet): a ring indexed by
         acted_on_count, whose oldest time, when there are that many, says whether they all fall in
         a window. A time is 48 bits of ms, the low 32 in `acted_lo` and the high 16 in `acted_hi`
-        (6 bytes an act, not 8: 2^48 ms is ~8,900 years, past any scenario's 100)."""
+        (6 bytes an act, not 8: 2^48 ms is ~8,900 years, past any scenario's 100). A decision's
+        recall writes them (`kernels.recall_served`)."""
         self.act_ring = max(1, ring)
         n = self.n_golems * self.capacity
         self.acted_lo = np.zeros((n, self.act_ring), dtype=np.uint32)
         self.acted_hi = np.zeros((n, self.act_ring), dtype=np.uint16)
-
-    def set_acted(self, slots: np.ndarray, pos: np.ndarray, now_ms: int) -> None:
-        """Write act time now_ms at ring position pos of the entries at slots."""
-        self.acted_lo[slots, pos] = now_ms & 0xFFFF_FFFF
-        self.acted_hi[slots, pos] = now_ms >> 32
 
     def acted_at(self, slots: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """The act times (int64 ms) at ring position pos of the entries at slots."""

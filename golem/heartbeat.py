@@ -423,10 +423,9 @@ class Mind:
         topics = self.context_topics(ix, obs, s)
         res = self._recall(ix, obs, s, query)
         fired, safe, nserved = self._anti_rumination(ix, obs, s, query, res, out)
-        # touch and acted-on counts of the served entries (they drive this decision), and their
-        # columns: sc[name] = c[name][safe] after that
+        # touch, acted-on counts and act times of the served entries (they drive this decision),
+        # and their columns: sc[name] = c[name][safe] after that
         sc = rt.recall(gr, res.slots, res.shadow, obs.now_ms)
-        reflex.record_acts(gr, res.slots, obs.now_ms)
         # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
         react = reactivate(gr, res.slots, res.tagged, res.factors[:, :, 0], sc["topic"], topics, obs.now_ms,
                            cfg.decay.reactivation_cosine)

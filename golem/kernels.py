@@ -684,13 +684,14 @@ def served_valence(slots, has_tag, p):
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count,
+def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count, acted_lo, acted_hi,
                   ids, topic, has_outcome, confidence, outcome):
     """What a recall does to the served entries, and the columns `decide` reads of them.
 
     For every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so no two
-    rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1 (the
-    act's time goes into the act-time ring, `reflex.record_acts`); then it returns column[safe]
+    rows share one): last_access_ms = now, access_count + 1 (the touch), acted_on_count + 1 and
+    now into the act-time ring (`Grimoire.acted_lo`/`acted_hi`, at position acted_on_count - 1
+    modulo the ring's length); then it returns column[safe]
     for ids, topic, has_outcome, confidence, outcome and access_count, each in its column's dtype,
     safe = the slot or 0 for an empty one (as np.where(slots >= 0, slots, 0) after all the touches:
     empty cells are read in a last serial pass, after the threaded one), and the ids at the shadow
@@ -708,6 +709,9 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     o_out = np.empty((b, k), outcome.dtype)
     o_acc = np.empty((b, k), access_count.dtype)
     o_shadow = np.empty((b, k), ids.dtype)
+    ring = acted_lo.shape[1]
+    now_lo = np.uint32(now_ms & 0xFFFFFFFF)
+    now_hi = np.uint16(now_ms >> 32)
     for i in prange(b):
         for r in range(k):
             o_shadow[i, r] = ids[max(shadow[i, r], 0)]
@@ -717,6 +721,9 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
             last_access_ms[s] = now_ms
             access_count[s] += 1
             acted_on_count[s] += 1
+            pos = (acted_on_count[s] - 1) % ring
+            acted_lo[s, pos] = now_lo
+            acted_hi[s, pos] = now_hi
             o_id[i, r] = ids[s]
             o_topic[i, r] = topic[s]
             o_has_out[i, r] = has_outcome[s]

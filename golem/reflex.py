@@ -99,14 +99,6 @@ def lane(mind, ix: np.ndarray, obs, out) -> dict[int, list[int]]:
     return res
 
 
-def record_acts(gr, slots: np.ndarray, now_ms: int) -> None:
-    """Stamp the act just counted (acted_on_count already + 1) into each served entry's ring of its
-    last `gr.act_ring` act times (`slots` -1: no entry)."""
-    sl = slots[slots >= 0]
-    if sl.size:
-        gr.set_acted(sl, (gr.cols["acted_on_count"][sl] - 1) % gr.act_ring, now_ms)
-
-
 def acts_in_window(gr, slots: np.ndarray, now_ms: int, min_acted: int, window_days: float) -> np.ndarray:
     """Were the entries at `slots` acted on at least `min_acted` times within the last
     `window_days` (SPEC §4.5: >= 3 times in 30 days)? True when their `min_acted`-th most recent act

@@ -217,13 +217,14 @@ SERVED_COLUMNS = ("id", "topic", "has_outcome", "confidence", "outcome", "access
 
 def recall(gr: Grimoire, slots: np.ndarray, shadow: np.ndarray, now_ms: int) -> dict[str, np.ndarray]:
     """The served entries' bookkeeping for a decision (recall renews: last_access = now,
-    access_count + 1; and they drive it: acted_on_count + 1) and their columns
+    access_count + 1; and they drive it: acted_on_count + 1, now into the act-time ring) and their columns
     after it: `gr.cols[name][safe]` for each of `SERVED_COLUMNS` (safe = the slot, 0 where none;
     the caller masks) and "shadow_id", the id at each shadow slot. One threaded pass each
     (`kernels.recall_served`)."""
     c = gr.cols
     got = kernels.recall_served(np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(shadow, dtype=np.int64),
                                 np.int64(now_ms), c["last_access_ms"], c["access_count"], c["acted_on_count"],
+                                gr.acted_lo, gr.acted_hi,
                                 *(c[name] for name in SERVED_COLUMNS[:-1]))   # access_count is above
     return dict(zip(SERVED_COLUMNS + ("shadow_id",), got))   # the kernel returns them in this order
 

@@ -251,12 +251,12 @@ def _unit_reflex_window(cfg):
     """Reflex proposals (SPEC §4.5) of an entry acted on at days 1, 12 and 35, on day 40."""
     from golem import grimoire as gm
     from golem import reflex
+    from golem import retrieval as rt
     gr = gm.Grimoire(1, 2, 4, act_ring=max(1, cfg.reflex.promotion_min))
     gr.insert(np.array([0]), np.ones((1, 4)), dict(created_ms=0, last_access_ms=0))
     gr.phrases[0] = "gas-spike"
-    for t in (1, 12, 35):
-        gr.cols["acted_on_count"][0] += 1
-        reflex.record_acts(gr, np.array([0]), t * DAY)
+    for t in (1, 12, 35):       # a decision serving the entry: its recall counts the act, keeps its time
+        rt.recall(gr, np.array([[0]]), np.array([[0]]), t * DAY)
     return reflex.proposals(gr, np.array([0]), 40 * DAY, cfg.reflex.promotion_min,
                             cfg.reflex.promotion_window_days)[0].tolist()
 

@@ -215,9 +215,13 @@ def _acted_entry(times_days, ring=3):
     gr.insert(np.array([0]), np.ones((1, 4)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf))
     gr.phrases[0] = "anonymous-deployer"
     for t in times_days:
-        gr.cols["acted_on_count"][0] += 1          # what rt.recall does for a served entry
-        reflex.record_acts(gr, np.array([[0]]), int(t * DAY))
+        _act(gr, int(t * DAY))
     return gr
+
+
+def _act(gr, now_ms: int) -> None:
+    """A decision that serves slot 0 at now_ms (its recall counts the act and keeps its time)."""
+    rt.recall(gr, np.array([[0]]), np.array([[0]]), now_ms)
 
 
 @pytest.mark.parametrize("acts, proposed", [
@@ -268,8 +272,7 @@ def test_the_curators_reflex_proposals_use_three_acts_in_30_days_by_default(acts
     eid = int(m.gr.cols["id"][0])
     m.gr.phrases[eid] = "anonymous-deployer"
     for t in acts:
-        m.gr.cols["acted_on_count"][0] += 1
-        reflex.record_acts(m.gr, np.array([[0]]), int(t * DAY))
+        _act(m.gr, int(t * DAY))
     assert curatorm.curate(m, 0, 41 * DAY)["reflex_proposals"] == ([eid] if proposed else [])
 
 

@@ -375,7 +375,7 @@ def test_served_factors_are_entry_factors_bit_for_bit(arena, prm, seed):
 @given(arenas(), params, st.integers(0, 2**32 - 1), st.booleans())
 def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one):
     """decide's one-pass recall = numpy: last_access = now and access_count, acted_on_count + 1 at
-    every served slot, then column[safe] for each served column (safe = the slot, 0 where none) in
+    every served slot, now at acted_on_count - 1 (mod the ring) of its act-time ring, then column[safe] for each served column (safe = the slot, 0 where none) in
     the column's dtype and the ids at the shadow slots."""
     gr, q, pad = arena
     rng = np.random.default_rng(seed)
@@ -397,9 +397,15 @@ def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one
     want["last_access_ms"][s] = NOW + 7
     want["access_count"][s] += 1
     want["acted_on_count"][s] += 1
-    got = rt.recall(gr, slots, res.shadow, NOW + 7)
+    gr.acted_lo[:], gr.acted_hi[:] = rng.integers(0, 2**32, gr.acted_lo.shape), rng.integers(0, 2**16, gr.acted_hi.shape)
+    acts = (gr.acted_hi.astype(np.int64) << 32) | gr.acted_lo
+    now = NOW + 7 + (int(rng.integers(0, 2**16)) << 32)    # high bits too
+    acts[s, (want["acted_on_count"][s] - 1) % acts.shape[1]] = now    # the act's time, at its place in the ring
+    got = rt.recall(gr, slots, res.shadow, now)
+    want["last_access_ms"][s] = now
     for name in want:
         np.testing.assert_array_equal(c[name], want[name], err_msg=name)
+    np.testing.assert_array_equal((gr.acted_hi.astype(np.int64) << 32) | gr.acted_lo, acts)
     safe = np.where(slots >= 0, slots, 0)
     for name in rt.SERVED_COLUMNS:
         assert got[name].dtype == c[name].dtype, name
