@@ -75,8 +75,7 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
         if not rows:
             _mark_in_place(mind.gr, pieces)
     if not rows:
-        _number_in_place(mind.gr, groups, stored, [np.unique(np.concatenate([parcels[i][3] for i in m]))
-                                                   for m in groups.values()])
+        _number_in_place(mind.gr, groups, stored, [np.flatnonzero(pop.clade == cl) for cl in groups])
         return total, None
     ids_of = _number(mind.gr, slots_of)
     at = np.repeat(np.arange(len(staged)), [len(x[3]) for x in staged])      # the parcel of each delivery
@@ -167,7 +166,7 @@ def _number_in_place(gr: gm.Grimoire, groups: dict[int, list[int]], stored: np.n
                      receivers: list[np.ndarray]) -> None:
     """`_number` for copies marked by `_mark_in_place`: a copy's id is where it stands in delivery
     order over all Clades, from its parcel's place and its own place within its Clade, read back
-    from the receivers' slabs."""
+    from the slabs of `receivers` (per Clade of `groups`: its Golems)."""
     first = gr.next_id + np.cumsum(stored) - stored       # per parcel: the id of its first stored copy
     gr.next_id += int(stored.sum())
     ids = gr.cols["id"].reshape(gr.n_golems, gr.capacity)

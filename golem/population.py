@@ -138,7 +138,7 @@ class Population:
         self.ctx = np.zeros((n, 1), dtype=np.float32)
         self.ctx_topic = np.zeros(n, dtype=np.int32)
         # one marker per pattern of the regimes this market has (regime-major), not of all 16: at
-        # 64 bytes a pattern that is most of a Golem's state beside its Grimoire
+        # 64 bytes a pattern, 16 regimes' markers were most of a Golem's state beside its Grimoire
         P = min(self.n_regimes, MARKER_REGIMES) * PATTERNS_PER_REGIME
         self.som_sum = np.zeros((n, P))
         self.som_cnt = np.zeros((n, P), dtype=np.int32)

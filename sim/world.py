@@ -390,7 +390,7 @@ class World:
                 delay = max(lat, 0.001)
                 shared[cl] = (self.env.now + delay, members[cl].astype(np.int32),
                               _latency_ms(np.full(members[cl].size, delay)))
-        draws = self._jitter_draws([(push, members[cl]) for push, cl in sent if cl not in shared])
+        jittered = self._jitter_draws([(push, members[cl]) for push, cl in sent if cl not in shared])
         arrivals: dict[float, list[tuple]] = {}
         for push, cl in sent:
             sender = push["sender"]
@@ -400,9 +400,9 @@ class World:
                 t, recv, latency_ms = shared[cl]
                 arrivals.setdefault(t, []).append((sender, entry, push["alert_type"], recv, latency_ms))
                 continue
-            sibs = members[cl][members[cl] != sender]
+            sibs, u = next(jittered)
             lat, jit = self.latency[cl]
-            delays = np.maximum(lat + jit * next(draws), 0.001)
+            delays = np.maximum(lat + jit * u, 0.001)
             times = self.env.now + delays
             latency_ms = _latency_ms(delays)
             sibs = sibs.astype(np.int32)
@@ -413,8 +413,8 @@ class World:
             self.at(t).callbacks.append(Delivery(self, parcels))
 
     def _jitter_draws(self, sent: list[tuple]):
-        """The uniform jitter draws of each push of `sent` ((push, its Clade's members)), over its
-        siblings in order: one array per push. The draws are elementwise (counter-based), so a call
+        """(siblings, their uniform jitter draws) of each push of `sent` ((push, its Clade's
+        members)), in order. The draws are elementwise (counter-based), so a call
         for a group of pushes (~PUSH_DRAWS receivers) gives each (receiver, entry) pair the number
         a call per push would, and a push wave of 1,000-Golem Clades (~10^6 receivers each) never
         holds all its draws at once."""
@@ -427,12 +427,14 @@ class World:
                 sizes = [sibs.size for _, sibs in group]
                 u = hash_uniform_array(self.seed, np.concatenate([sibs for _, sibs in group]),
                                        np.repeat([p["entry_id"] for p, _ in group], sizes), 11)
-                yield from np.split(u, np.cumsum(sizes)[:-1])
+                yield from zip((sibs for _, sibs in group), np.split(u, np.cumsum(sizes)[:-1]))
                 group, count = [], 0
 
     def deliver(self, parcels: list[tuple]) -> None:
         """Pushes arrive: the living siblings store the copies and feel the contagion."""
-        alive = self.pop.alive     # a dead Golem receives nothing, nor does the sender (clade.receive)
+        # a dead Golem receives nothing, nor does the sender: clade.receive leaves them out Clade by
+        # Clade (so nothing is held per copy across Clades); here only parcels left with nobody go
+        alive = self.pop.alive
         live = [p for p in parcels if (alive[p[3]] & (p[3] != p[0])).any()]
         if not live:
             return

@@ -150,8 +150,8 @@ golems:
 def test_a_run_not_recorded_stores_and_numbers_the_copies_as_a_recorded_one(tmp_path):
     """Unrecorded, a push wave's copies are numbered in place (their slots are not kept, the two
     jitter-free Clades share one receiver array each): the Grimoires end as the recorded run's,
-    column by column, ids included, with copies refused, copies evicting copies of the same
-    instant and Clades interleaved in one instant."""
+    column by column, ids included, with copies refused, more copies than slots in an instant
+    and two Clades in one instant (a copy evicting one of its instant: the test after this)."""
     from sim.run import execute
     (tmp_path / "wave.yaml").write_text(WAVE)
     worlds = [execute(tmp_path / "wave.yaml", tmp_path / f"r{int(r)}", environ={}, record=r).world for r in (True, False)]
