@@ -21,7 +21,9 @@ How it is fast and still exact (docs/performance.md has the measurements and the
   16 rows' lane sums reduced together by a transposing tree, so no row pays a horizontal sum.
 - The slab is walked in blocks of `BLOCK` entries. Per block, pass 1 computes the integer dot
   products and norms (the codes `PREFETCH_BYTES` ahead and the next block's entry columns are
-  prefetched, so loads stay in flight while the CPU computes), pass 2 the factors and the score
+  prefetched, so loads stay in flight while the CPU computes; at a slab's end, the next Golem's
+  first rows and columns, because at 1,024 entries a slab is only four blocks and each Golem's scan
+  would otherwise start cold), pass 2 the factors and the score
   of every entry of the block at once (SIMD across entries, branch-free: an ineligible entry gets
   score -inf; the exponentials by `exp2` below instead of scalar libm calls), pass 3 the pool sums
   and, for the few entries that beat a current best, the top-k insertions (a SIMD test skips the
@@ -428,6 +430,9 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     g = golems[gi]
     lo = g * cap
     n = count[g]
+    # the next Golem of the batch (the next this thread scans), prefetched at this slab's end
+    nxt_lo = golems[gi + 1] * cap if gi + 1 < golems.size else 0
+    nxt_n = count[golems[gi + 1]] if gi + 1 < golems.size else 0
     qs = qscale[gi]
     cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
     cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
@@ -453,8 +458,14 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         # pass 1: integer dot products and norms, ROWS rows at a time, reading ahead
         for j in range(0, m, ROWS):
             r0 = s0 + j
-            if b0 + j + pd_rows < n:
+            ahead = b0 + j + pd_rows
+            if ahead < n:
                 x = (r0 + pd_rows) * stride
+                for t in range(0, ROWS * stride, 64):
+                    _prefetch(codes, x + t)
+            elif ahead - n < nxt_n:
+                # past this slab's end: the next Golem's first rows, so its scan starts warm
+                x = (nxt_lo + ahead - n) * stride
                 for t in range(0, ROWS * stride, 64):
                     _prefetch(codes, x + t)
             if r0 + ROWS <= n_rows:
@@ -464,7 +475,9 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             # the next block's entry columns: the lines of its rows j .. j + ROWS - 1 (64-byte
             # lines: 8 int64 / float64, 16 float32 and 64 one-byte values each)
             x = s0 + BLOCK + j
-            if b0 + BLOCK + j < n:
+            if b0 + BLOCK + j >= n and j < nxt_n:
+                x = nxt_lo + j        # the last block: the next Golem's first block
+            if (b0 + BLOCK + j < n) | (j < nxt_n):
                 for u in range(0, ROWS, 8):
                     _prefetch(last_access_ms, x + u)
                     _prefetch(window_ms, x + u)
