@@ -368,11 +368,23 @@ def stream_read(gr: Grimoire, golems=None, threads: bool = False) -> int:
 
 
 # ----------------------------------------------------------------------------- checks and timing
-def same_results(res: rt.RetrievalResult, other, *, tol_pool: float = 1e-3) -> None:
-    """The served top-k, the shadow top-k and the pool statistics of a peer match the kernel's."""
+def same_results(res: rt.RetrievalResult, other, *, tol_pool: float = 1e-3, near_ties: float = 0.0) -> None:
+    """The served top-k, the shadow top-k and the pool statistics of a peer match the kernel's.
+
+    `near_ties`: a float32 peer may order two entries whose scores differ by less than this the
+    other way round (with many queries, some row has such a pair); its rows must still hold the
+    same entries, and the kernel's served scores where the orders differ must lie within it."""
     slots, shadow, pool = other
-    assert np.array_equal(res.slots, slots), (res.slots, slots)
-    assert np.array_equal(res.shadow, shadow), (res.shadow, shadow)
+    if near_ties:
+        for mine, theirs in ((res.slots, slots), (res.shadow, shadow)):
+            assert np.array_equal(np.sort(mine, axis=1), np.sort(theirs, axis=1)), (mine, theirs)
+        off = res.slots != slots
+        for i in np.flatnonzero(off.any(axis=1)):
+            sc = res.scores[i][off[i]]
+            assert sc.max() - sc.min() < near_ties, (res.scores[i], res.slots[i], slots[i])
+    else:
+        assert np.array_equal(res.slots, slots), (res.slots, slots)
+        assert np.array_equal(res.shadow, shadow), (res.shadow, shadow)
     assert np.array_equal(res.pool[:, 0], pool[:, 0])
     scale = np.maximum(res.pool[:, :1], 1.0)  # sums of n terms in [-1, 1]: compare per term
     assert np.all(np.abs(res.pool[:, 1:3] - pool[:, 1:3]) <= tol_pool * scale), (res.pool, pool)
