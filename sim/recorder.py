@@ -355,7 +355,21 @@ def _kind(chunk) -> tuple:
     return ("python",)  # lists and object arrays: converted element by element
 
 
-def _column(chunks: list, dtype: pa.DataType) -> pa.Array:
+#: rows of a `Formatted` column built in one Arrow call (at ~400 bytes of text a row, well under
+#: the 2 GiB a string array can hold)
+FORMAT_ROWS = 1 << 20
+
+
+def _rows(v, lo: int, hi: int):
+    """Rows lo..hi of a `Formatted` column's input (numpy array, Arrow array or `Names`)."""
+    if isinstance(v, Names):
+        return Names(v.names, v.codes[lo:hi])
+    if isinstance(v, pa.Array):
+        return v.slice(lo, hi - lo)
+    return v[lo:hi]
+
+
+def _column(chunks: list, dtype: pa.DataType) -> pa.Array | pa.ChunkedArray:
     """One Arrow array from a column's chunks, the same as converting each chunk and concatenating.
     NaN means "no value" in every table (an empty pool, a missing funding rate): stored as null."""
     kinds = [_kind(c) for c in chunks]
@@ -368,6 +382,9 @@ def _column(chunks: list, dtype: pa.DataType) -> pa.Array:
             for i in idx:
                 pieces[i] = built.slice(at, len(chunks[i]))
                 at += len(chunks[i])
+        if any(isinstance(p, pa.ChunkedArray) for p in pieces):
+            return pa.chunked_array([c for p in pieces for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])],
+                                    type=dtype)
         return pa.concat_arrays(pieces)
     kind = kinds[0]
     if kind[0] == "names":
@@ -379,7 +396,14 @@ def _column(chunks: list, dtype: pa.DataType) -> pa.Array:
     if kind[0] == "arrow":
         return pa.concat_arrays(chunks)
     if kind[0] == "formatted":
-        return kind[1]({k: _concat([c.columns[k] for c in chunks]) for k in kind[2]}).cast(dtype)
+        cols = {k: _concat([c.columns[k] for c in chunks]) for k in kind[2]}
+        n = sum(c.n for c in chunks)
+        if n <= FORMAT_ROWS:
+            return kind[1](cols).cast(dtype)
+        # a string array holds at most 2 GiB of text (32-bit offsets): a push wave's rows are built
+        # in pieces of FORMAT_ROWS, one chunk each, so the column keeps its type whatever its size
+        return pa.chunked_array([kind[1]({k: _rows(v, lo, lo + FORMAT_ROWS) for k, v in cols.items()}).cast(dtype)
+                                 for lo in range(0, n, FORMAT_ROWS)], type=dtype)
     if kind[0] == "numpy":
         return pa.array(chunks[0] if len(chunks) == 1 else np.concatenate(chunks), type=dtype, from_pandas=True)
     return pa.array([x for c in chunks for x in _py(c)], type=dtype, from_pandas=True)

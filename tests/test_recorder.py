@@ -270,3 +270,33 @@ def test_writer_thread_runs_at_the_lowest_priority():
         assert nice == 19
     import sim  # noqa: F401  (sets numba's OpenMP threads to sleep after a kernel unless told otherwise)
     assert os.environ.get("OMP_WAIT_POLICY") == "PASSIVE"
+
+
+def test_formatted_columns_past_the_build_size_are_built_in_pieces_of_the_same_bytes(tmp_path, monkeypatch):
+    """A Formatted column of more rows than FORMAT_ROWS (a push wave's contagion payloads: past 2 GiB
+    of text one Arrow string array cannot hold them) is built FORMAT_ROWS rows at a time, and the
+    part is the same file as the one built in one call."""
+    import sim.recorder as recorder
+
+    def fill(rec):
+        rec.add("events", dict(_events([1, 2], Names(KINDS, [0, 0]), np.array([0.5, 1.0])),
+                               payload=pa.array(["{}", "{}"], type=pa.string())))
+        rec.add("events", dict(_events([3, 4, 5], Names(KINDS, [1, 1, 2]), np.array([2.0, 2.5, 3.0])),
+                               payload=Formatted(_texts, dict(a=np.array([7, 8, 9]), who=Names(("ann", "bob"), [1, 0, 1])), 3)))
+        rec.add("events", dict(_events([6], Names(KINDS, [1]), np.array([2.0])), payload=pa.array(["{}"], type=pa.string())))
+        rec.add("events", dict(_events([7, 8], Names(KINDS, [1, 2]), np.array([2.0, 3.0])),
+                               payload=Formatted(_texts, dict(a=np.array([10, 11]), who=Names(("cy", "bob"), [0, 1])), 2)))
+        rec.flush()
+
+    _texts.calls = []
+    fill(Recorder(tmp_path / "whole"))
+    assert len(_texts.calls) == 1
+    monkeypatch.setattr(recorder, "FORMAT_ROWS", 2)
+    _texts.calls = []
+    fill(Recorder(tmp_path / "pieces"))
+    assert [len(c["a"]) for c in _texts.calls] == [2, 2, 1]
+    assert read_table(tmp_path / "pieces", "events").column("payload").to_pylist() == [
+        "{}", "{}", '{"a": 7, "who": "bob"}', '{"a": 8, "who": "ann"}', '{"a": 9, "who": "bob"}', "{}",
+        '{"a": 10, "who": "cy"}', '{"a": 11, "who": "bob"}']
+    parts = {d: sorted((tmp_path / d / "events").glob("*.parquet")) for d in ("whole", "pieces")}
+    assert [p.read_bytes() for p in parts["whole"]] == [p.read_bytes() for p in parts["pieces"]]
