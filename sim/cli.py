@@ -232,11 +232,13 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
 def validate(scenario: Path = typer.Argument(..., help="scenario YAML"),
              set_: list[str] = typer.Option([], "--set", help=SET_HELP),
              config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+             no_record: bool = typer.Option(False, "--no-record", help="check the memory as `run --no-record` needs it"),
              quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing but errors")) -> None:
     """Check a scenario (with --config and --set layered as `run` does) without running it."""
     from sim.run import build_tape, prepare
     try:
-        sc, cfg, _, seed = prepare(scenario, sets=set_, config_file=str(config) if config else None)
+        sc, cfg, _, seed = prepare(scenario, sets=set_, config_file=str(config) if config else None,
+                                   record=not no_record)
         build_tape(sc, seed, cfg, str(scenario))   # the market too: a tape file that cannot be read, prices that overflow
     except InputError as exc:
         fail(str(exc))

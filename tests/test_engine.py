@@ -86,9 +86,37 @@ def test_population_is_refused_with_its_estimate_where_it_does_not_fit():
     """100,000 Golems x 1,024 entries: a clean refusal naming the estimate, before anything is allocated."""
     from sim.errors import InputError
     from sim.run import prepare
-    with pytest.raises(InputError, match=r"needs about 2\d\.\d GiB of memory \(Grimoire 20\.1 GiB = 100,000 Golems "
+    with pytest.raises(InputError, match=r"needs about 21\.9 GiB of memory \(Grimoire 20\.1 GiB = 100,000 Golems "
                                          r"x 1,024 entries x 211 B.*more than the 16\.0 GiB of GOLEM_MEMORY_LIMIT"):
-        prepare(SCENARIOS / "population.yaml", environ={"GOLEM_MEMORY_LIMIT": "16GiB"})
+        prepare(SCENARIOS / "population.yaml", environ={"GOLEM_MEMORY_LIMIT": "16GiB"}, record=False)
+
+
+def test_a_recorded_population_is_refused_for_its_push_wave_and_told_to_run_without_tables(monkeypatch):
+    """Recorded, the population's exploit makes every Golem push to its 999 siblings: 10^8 contagion
+    rows held until the flush (600 B a copy, 55.8 GiB), which no 24 GiB machine has; without tables
+    the same world fits, and the refusal says so. Before the wave was counted, such a run was
+    accepted and killed by the kernel's OOM killer 14 simulated hours in."""
+    from sim import resources
+    from sim.errors import InputError
+    from sim.run import prepare
+    monkeypatch.setattr(resources, "available", lambda environ=None: (23 * 2**30, "test room"))
+    with pytest.raises(InputError, match=r"needs about 78\.9 GiB .*push wave 55\.8 GiB\), more than the 23\.0 GiB "
+                                         r"of test room; .*, or --no-record \(without tables it needs about 21\.9 GiB\)$"):
+        prepare(SCENARIOS / "population.yaml")
+    prepare(SCENARIOS / "population.yaml", record=False)
+
+
+def test_the_push_wave_is_every_member_of_each_clade_pushing_to_every_sibling(tmp_path):
+    """Clade sizes summed over groups: a Clade of 3 + 2 and one of 4 hold 5 x 4 + 4 x 3 = 32 copies
+    of a wave, at 600 B each; nothing of it without recording."""
+    from sim import resources
+    from sim.run import prepare
+    (tmp_path / "s.yaml").write_text(
+        "name: w\nduration: 1h\nclades: [{name: a}, {name: b}]\n"
+        "golems:\n  - {count: 3, clade: a}\n  - {count: 2, clade: a}\n  - {count: 4, clade: b}\n")
+    sc, cfg, _, _ = prepare(tmp_path / "s.yaml")
+    assert resources.estimate(sc, cfg, record=True)["push wave"] == 32 * 600
+    assert "push wave" not in resources.estimate(sc, cfg, record=False)
 
 
 def test_population_ticks_in_ten_cohorts_of_ten_thousand():

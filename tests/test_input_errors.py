@@ -328,3 +328,16 @@ def test_contrarian_top_k_other_than_3_runs(tmp_path, k):
     found = [(len(p["ids"]), p["pool_n"]) for p in map(json.loads, ev["payload"])]
     assert all(n == min(k, pool) for n, pool in found)      # k of them, or all the pool holds
     assert any(pool >= k for _, pool in found)
+
+
+def test_validate_checks_the_memory_of_the_run_it_is_told_of():
+    """`validate --no-record` estimates as `run --no-record` needs (no buffers, no push wave)."""
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+    path = str(Path(__file__).resolve().parents[1] / "scenarios" / "population.yaml")
+    rec = CliRunner().invoke(app, ["validate", path], env={"GOLEM_MEMORY_LIMIT": "10GiB"})
+    plain = CliRunner().invoke(app, ["validate", path, "--no-record"], env={"GOLEM_MEMORY_LIMIT": "10GiB"})
+    one_line_error(rec.exit_code, rec.output, "needs about 78.9 GiB", "push wave 55.8 GiB")
+    line = one_line_error(plain.exit_code, plain.output, "needs about 21.9 GiB")
+    assert "push wave" not in line and "buffers" not in line
