@@ -328,7 +328,32 @@ def _build(table: str, cols: dict[str, list]) -> pa.Table:
     schema = SCHEMAS[table]
     t = pa.Table.from_arrays([_column(cols[f.name], f.type) for f in schema], schema=schema)
     order = _sort_order(t, SORT_KEYS.get(table, ()))
-    return t if order is None else t.take(order)
+    return t if order is None else _take(t, order)
+
+
+#: a string column of more bytes than this cannot go through one Arrow take, which concatenates
+#: the column's chunks first (32-bit offsets)
+TAKE_BYTES = 2**31 - 1
+
+
+def _take(t: pa.Table, order: pa.Array) -> pa.Table:
+    """t.take(order); a string column past TAKE_BYTES (a push wave's payload text, built in
+    pieces) is taken as one large_string array, FORMAT_ROWS rows of the result at a time, each cast
+    back to a string chunk, so the column keeps its type."""
+    big = {i for i, f in enumerate(t.schema) if pa.types.is_string(f.type) and t.column(i).nbytes > TAKE_BYTES}
+    if not big:
+        return t.take(order)
+    cols = []
+    for i, f in enumerate(t.schema):
+        c = t.column(i)
+        if i in big:
+            whole = pa.concat_arrays([x.cast(pa.large_string()) for x in c.chunks])
+            c = pa.chunked_array([whole.take(order.slice(lo, FORMAT_ROWS)).cast(f.type)
+                                  for lo in range(0, len(order), FORMAT_ROWS)], type=f.type)
+        else:
+            c = c.take(order)
+        cols.append(c)
+    return pa.Table.from_arrays(cols, schema=t.schema)
 
 
 def _write_part(path: Path, t: pa.Table) -> str:

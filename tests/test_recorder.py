@@ -300,3 +300,31 @@ def test_formatted_columns_past_the_build_size_are_built_in_pieces_of_the_same_b
         '{"a": 10, "who": "cy"}', '{"a": 11, "who": "bob"}']
     parts = {d: sorted((tmp_path / d / "events").glob("*.parquet")) for d in ("whole", "pieces")}
     assert [p.read_bytes() for p in parts["whole"]] == [p.read_bytes() for p in parts["pieces"]]
+
+
+def test_a_sorted_flush_of_string_columns_past_one_take_writes_the_same_part(tmp_path, monkeypatch):
+    """A part that must be sorted, with a string column too big for one Arrow take (past 2 GiB
+    after a push wave), is taken FORMAT_ROWS rows at a time and written as the same file."""
+    import sim.recorder as recorder
+
+    def fill(rec):
+        rec.add("events", dict(_events([5, 1, 3], Names(KINDS, [0, 1, 2]), np.array([0.0, 1.0, 2.0])),
+                               payload=Formatted(_texts, dict(a=np.array([7, 8, 9]), who=Names(("ann", "bob"), [1, 0, 1])), 3)))
+        rec.add("events", dict(_events([2, 4], Names(KINDS, [1, 1]), np.array([3.0, 4.0])),
+                               payload=pa.array(['{"x": 1}', '{"x": 2}'], type=pa.string())))
+        rec.flush()
+
+    fill(Recorder(tmp_path / "whole"))
+    monkeypatch.setattr(recorder, "FORMAT_ROWS", 2)
+    monkeypatch.setattr(recorder, "TAKE_BYTES", 0)
+    taken = []
+    real = recorder._take
+    monkeypatch.setattr(recorder, "_take", lambda t, order: taken.append(len(order)) or real(t, order))
+    fill(Recorder(tmp_path / "pieces"))
+    assert taken == [5]
+    t = read_table(tmp_path / "pieces", "events")
+    assert t["time_ms"].to_pylist() == [1, 2, 3, 4, 5]
+    assert t["payload"].to_pylist() == ['{"a": 8, "who": "ann"}', '{"x": 1}', '{"a": 9, "who": "bob"}', '{"x": 2}',
+                                        '{"a": 7, "who": "bob"}']
+    parts = {d: sorted((tmp_path / d / "events").glob("*.parquet")) for d in ("whole", "pieces")}
+    assert [p.read_bytes() for p in parts["whole"]] == [p.read_bytes() for p in parts["pieces"]]
