@@ -40,7 +40,8 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
 
     `parcels` is a list of (sender, entry, alert_type, receivers, latency_ms) in arrival order. A
     parcel's receivers are distinct and may include the sender and the dead (a Clade's pushes of
-    one instant share one receiver array): those receive nothing. A parcel is one vectorised step,
+    one instant share one receiver array): those receive nothing, and a parcel left with no
+    receiver is not numbered among the delivered ones. A parcel is one vectorised step,
     and parcels are applied in order (a receiver hit twice feels the second push on top of the
     first, and the copy's confidence uses its arousal at that moment). The copies are stored as
     one insert of all of them in delivery order would store them (slots, and ids numbered in
@@ -66,18 +67,24 @@ def receive(mind, parcels, now_ms: int, attenuation: float, rows: bool = True) -
     total = 0
     for members in groups.values():
         part = [_contagion(mind, parcels[i], attenuation, pad=rows) for i in members]
-        total += sum(len(x[3]) for x in part)
-        pieces = _store_copies(mind, part, now_ms)
+        n_part = sum(len(x[3]) for x in part)
+        total += n_part
+        pieces = _store_copies(mind, part, now_ms) if n_part else [np.empty(0, dtype=np.int64)] * len(part)
         for i, x, piece in zip(members, part, pieces):
             stored[i] = int((piece >= 0).sum())
             if rows:
                 slots_of[i], staged[i] = piece, x
         if not rows:
             _mark_in_place(mind.gr, pieces)
+    if total == 0:                            # every receiver dead (or the sender alone): nothing happened
+        return 0, None
     if not rows:
         _number_in_place(mind.gr, groups, stored, [np.flatnonzero(pop.clade == cl) for cl in groups])
         return total, None
     ids_of = _number(mind.gr, slots_of)
+    # parcels are numbered among those that reached someone
+    reached = [i for i, x in enumerate(staged) if len(x[3])]
+    staged, slots_of, ids_of = [staged[i] for i in reached], [slots_of[i] for i in reached], [ids_of[i] for i in reached]
     at = np.repeat(np.arange(len(staged)), [len(x[3]) for x in staged])      # the parcel of each delivery
     slots, ids = np.concatenate(slots_of), np.concatenate(ids_of)
     ok = slots >= 0

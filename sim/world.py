@@ -433,13 +433,11 @@ class World:
     def deliver(self, parcels: list[tuple]) -> None:
         """Pushes arrive: the living siblings store the copies and feel the contagion."""
         # a dead Golem receives nothing, nor does the sender: clade.receive leaves them out Clade by
-        # Clade (so nothing is held per copy across Clades); here only parcels left with nobody go
-        alive = self.pop.alive
-        live = [p for p in parcels if (alive[p[3]] & (p[3] != p[0])).any()]
-        if not live:
-            return
-        n, rows = cladem.receive(self.mind, live, self.now_ms, self.cfg.clade.contagion_attenuation,
+        # Clade, so nothing is held per copy across Clades
+        n, rows = cladem.receive(self.mind, parcels, self.now_ms, self.cfg.clade.contagion_attenuation,
                                  rows=self.rec is not None)
+        if n == 0:
+            return
         self.stats.deliveries += n
         if self.rec is not None:
             self.tables.delivered(rows, self.mind.pending_entries)

@@ -779,3 +779,22 @@ def test_windows_of_the_loss_history_and_rumination_are_the_configs():
         out = TickOutput()
         m2.decide(IX, minds.observation(m2), minds.sensed(m2, IX, pad=(-0.5, 0.5, 0.0)), out)
         assert len(minds.events(out, "anti_rumination")) == int(fires)
+
+
+def test_a_parcel_that_reaches_nobody_is_not_numbered_among_the_delivered(tmp_path):
+    """Pushes of one instant share a receiver array, so a parcel may find all its receivers dead
+    on arrival: it stores nothing and moves no one, and the contagion rows number the parcels
+    that reached someone (here the second parcel is parcel 0). Only such parcels: no delivery."""
+    from golem import clade as cladem
+    w = _world(tmp_path, text="name: w\nduration: 1h\nseed: 1\ngolems:\n  - {count: 3}\n")
+    w.gr.insert(np.arange(2), np.ones((2, w.gr.dim)), dict(created_ms=0, last_access_ms=0, window_ms=np.inf))
+    entries = [cladem.capture(w.gr, g * w.gr.capacity) for g in range(2)]
+    recv, lat = np.arange(3, dtype=np.int32), np.full(3, 2000)
+    w.pop.alive[[1, 2]] = False
+    before = w.pop.pad.copy()
+    assert cladem.receive(w.mind, [(0, entries[0], "flashbulb", recv, lat)], 2000, 0.3) == (0, None)
+    assert w.gr.count.tolist() == [1, 1, 0] and (w.pop.pad == before).all()
+    n, rows = cladem.receive(w.mind, [(0, entries[0], "flashbulb", recv, lat), (1, entries[1], "flashbulb", recv, lat)],
+                             2000, 0.3)
+    assert n == 1 and rows["parcel"].tolist() == [0] and rows["other_golem"].tolist() == [1]
+    assert rows["golem_id"].tolist() == [0] and w.gr.count.tolist() == [2, 1, 0]
