@@ -474,10 +474,12 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
                 _dots_scalar(codes, r0, n_rows - r0, qcodes, gi, dot_b, nrm_b, j)
             # the next block's entry columns: the lines of its rows j .. j + ROWS - 1 (64-byte
             # lines: 8 int64 / float64, 16 float32 and 64 one-byte values each)
-            x = s0 + BLOCK + j
-            if b0 + BLOCK + j >= n and j < nxt_n:
-                x = nxt_lo + j        # the last block: the next Golem's first block
-            if (b0 + BLOCK + j < n) | (j < nxt_n):
+            x = -1
+            if b0 + BLOCK + j < n:
+                x = s0 + BLOCK + j
+            elif j < nxt_n:
+                x = nxt_lo + j        # past this slab's end: the next Golem's first block
+            if x >= 0:
                 for u in range(0, ROWS, 8):
                     _prefetch(last_access_ms, x + u)
                     _prefetch(window_ms, x + u)
