@@ -30,7 +30,7 @@ def arenas(draw):
     cap = draw(st.integers(1, 48))
     dim = draw(st.integers(4, 64))
     seed = draw(st.integers(0, 2**32 - 1))
-    p_tag = draw(st.sampled_from([0.0, 0.5, 1.0]))
+    p_tag = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))   # 0.1: the kernel gathers a block's few tagged entries
     p_react = draw(st.sampled_from([0.0, 0.5]))
     p_dead = draw(st.sampled_from([0.0, 0.2]))         # archived, expired, at the expiry boundary
     p_zero_pad = draw(st.sampled_from([0.0, 0.3]))     # tagged with a zero PAD vector
