@@ -489,3 +489,53 @@ def test_simulated_time_rule_keeps_to_its_wall_budget(ref, tmp_path, monkeypatch
     wall = time.perf_counter() - t0
     assert sum(spent) <= ckm.SIM_BUDGET * wall + 0.2 + 1e-9
     assert len(spent) < 24                               # fewer than one per flush
+
+
+def test_a_checkpoint_writes_its_arrays_while_the_writer_thread_encodes_the_flush(ref, tmp_path, monkeypatch):
+    """The save waits for the flush's parts only before its json (the commit point): the first
+    flush's parts are held on the writer thread until the first state's arrays are being written,
+    which a save that waited for them first would never let happen (each wait would time out)."""
+    import threading
+
+    from sim import recorder
+    d, hashes = ref
+    monkeypatch.setattr(ckm, "BUDGET", float("inf"))
+    started, waits = threading.Event(), []
+    real_write, real_arrays = recorder._build_and_write, ckm._write_arrays
+
+    def held(path, table, cols):
+        waits.append(started.wait(timeout=5))
+        return real_write(path, table, cols)
+
+    def arrays(path, a):
+        started.set()
+        return real_arrays(path, a)
+    monkeypatch.setattr(recorder, "_build_and_write", held)
+    monkeypatch.setattr(ckm, "_write_arrays", arrays)
+    res = execute(d / "s.yaml", tmp_path / "run", environ={})
+    assert waits and all(waits), waits
+    assert res.manifest["hashes"] == hashes
+
+
+def test_a_checkpoint_whose_parts_fail_leaves_no_state_behind(ref, tmp_path, monkeypatch):
+    """A part of the flush failing on the writer thread fails the save after its arrays are
+    written: the arrays file is removed, no json is written, and the run fails saying so."""
+    from sim import recorder
+    d, _ = ref
+    monkeypatch.setattr(ckm, "BUDGET", float("inf"))
+    arrays_written, real_arrays = [], ckm._write_arrays
+
+    def arrays(path, a):
+        arrays_written.append(path.name)
+        return real_arrays(path, a)
+
+    def broken(path, table, cols):
+        raise OSError(errno.EIO, "Input/output error", str(path))
+    monkeypatch.setattr(ckm, "_write_arrays", arrays)
+    monkeypatch.setattr(recorder, "_build_and_write", broken)
+    out = tmp_path / "run"
+    with pytest.raises(RunFailed):
+        execute(d / "s.yaml", out, environ={})
+    assert len(arrays_written) == 1                     # the first save got as far as its arrays
+    assert not list(out.rglob("state-*")), list(out.rglob("state-*"))
+    assert json.loads((out / "manifest.json").read_text())["status"] == "failed"

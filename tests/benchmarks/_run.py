@@ -17,7 +17,7 @@ bookkeeping outside the state functions) is "scheduling".
     curator     Mind._maintenance and Mind.dream (curator, contrarian, dreams)
     clade       World.push and World.deliver (Clade messages, contagion, inherited copies),
                 minus the recording of each delivery's rows
-    recording   World.emit (minus pushes), World.flush (with its checkpoint), sim.recording.Tables
+    recording   World.emit (minus pushes), World.flush, the checkpoint after it, sim.recording.Tables
     scheduling  the rest: SimPy, the heartbeat loop, Mind.tick's own bookkeeping
 
 Each phase also gets the simulation thread's CPU time (`phases_cpu_s`); where a phase's wall time
@@ -90,6 +90,7 @@ def instrument(timer: PhaseTimer) -> None:
     import golem.heartbeat as H
     import golem.retrieval as RT
     import sim.recording as REC
+    import sim.run as RUN
     import sim.world as W
 
     def patch(owner, name, phase):
@@ -103,6 +104,7 @@ def instrument(timer: PhaseTimer) -> None:
         patch(REC.Tables, name, "recording")    # also when called from a Clade delivery or a flush
     patch(W.World, "emit", "recording")
     patch(W.World, "flush", "recording")
+    patch(RUN, "maybe_save", "recording")   # the checkpoint after a flush (the driver hands it to the world)
     patch(W.World, "push", "clade")
     patch(W.World, "deliver", "clade")
     patch(H.Mind, "sense", "appraisal")
