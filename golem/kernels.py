@@ -550,6 +550,7 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             age = np.float64(now_ms - xla[j])
             ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
             ok_b[j] = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+            pv_b[j] = pv
             tmp_b[j] = exp2(age * lg2_per_ms)
         # 2b: the emotional factor (`_emotional`; an untagged entry's is 0.5 whatever its p, a, d
         # and charge). Most entries of a prefilled Grimoire are untagged: where fewer than a
@@ -583,7 +584,7 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         # 2c: semantic and emotional factors, the scores
         for j in range(m):
             ok = ok_b[j]
-            pv = np.float64(xp[j]) if xtag[j] else 0.0
+            pv = pv_b[j]
             sem = _semantic(dot_b[j], nrm_b[j], qs)
             emo = emo_b[j]
             score = w0 * sem + w1 * tmp_b[j] + w2 * np.float64(ximp[j]) + w3 * emo

@@ -22,8 +22,8 @@ state covers, and its own sha256) are each written to a temporary name, fsynced 
 json is the commit point, written once every part the state lists is on disk. The arrays are
 written before that wait, while the writer thread still encodes the flush's parts (a save that
 waited first would stall a recorded 1,000-Golem day ~0.8 s of its ~7 s). The two newest states
-are kept: `load` checks a state against its checksums and falls back to the one before when it fails them, reporting the damaged one as
-corrupt (never as "no checkpoint"). A state names no paths: its arrays file is the one of its own
+are kept: `load` checks a state against its checksums and falls back to the one before when it
+fails them, reporting the damaged one as corrupt (never as "no checkpoint"). A state names no paths: its arrays file is the one of its own
 number in the same folder, so a damaged json cannot send a resume outside the run directory.
 Resume deletes only part files at or past the state's part index (which the run wrote after the
 state and rewrites identically), after checking the parts before it against their sha256.
