@@ -19,9 +19,12 @@ and rewritten identically.
 Files: `state-NNNNN.arrays` (the arrays as .npy records back to back) then `state-NNNNN.json`
 (everything else, with the arrays' offsets, size and sha256, the sha256 of every part file the
 state covers, and its own sha256) are each written to a temporary name, fsynced and renamed; the
-json is the commit point, written once every part the state lists is on disk. The arrays are
-written before that wait, while the writer thread still encodes the flush's parts (a save that
-waited first would stall a recorded 1,000-Golem day ~0.8 s of its ~7 s). The two newest states
+json is the commit point. The simulation thread writes the arrays (into the page cache) and takes
+the rest of the state as JSON, then goes on; the commit runs on the recorder's writer thread
+behind the flush's parts (`Recorder.after_parts`): the arrays fsynced, hashed and renamed, then
+the json, so a state lists only parts that are on disk. A recorder `sync` (every final or
+stopping flush) waits for it. Done on the simulation thread, fsync and hash cost a recorded
+1,000-Golem day ~0.3 s a save, and waiting for the parts first ~0.8 s. The two newest states
 are kept: `load` checks a state against its checksums and falls back to the one before when it
 fails them, reporting the damaged one as corrupt (never as "no checkpoint"). A state names no paths: its arrays file is the one of its own
 number in the same folder, so a damaged json cannot send a resume outside the run directory.
@@ -32,7 +35,8 @@ When: at a recorder flush, if the wall-time budget allows (`BUDGET`, a 1 % share
 rarely), or if otherwise the next flush would leave more than `SIM_SHARE` (5 %) of the run's
 simulated duration unsaved, as long as checkpoints stay within `SIM_BUDGET` (10 %) of the wall
 time. So a resume repeats at most max(5 % of the duration, one flush interval) of simulated time,
-except for a big world on a short run, where that would cost more than a tenth of the run.
+except for a big world on a short run, where that would cost more than a tenth of the run. A
+save's cost is its time on the simulation thread (the commit's on the writer thread is not).
 """
 from __future__ import annotations
 
@@ -61,7 +65,7 @@ from sim.scenario import InputError
 FORMAT = 7
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
-_OURS = re.compile(r"state-\d{5,}\.(json|arrays)(\.tmp)?$")
+_OURS = re.compile(r"state-(\d{5,})\.(?:json|arrays)(?:\.tmp)?$")
 PART_NAME = re.compile(r"part-(\d{5,})\.parquet$")
 
 
@@ -155,7 +159,8 @@ def _pending(world) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
 
 
 def save(world, ckdir: Path) -> Path:
-    """Write the checkpoint of `world` now (called by the flusher right after a flush)."""
+    """Take the checkpoint of `world` now (called by the flusher right after a flush) and queue its
+    commit; returns the path of its json, which exists once `world.rec.sync()` has returned."""
     from sim.world import LOW
     ckdir = Path(ckdir)
     ckdir.mkdir(parents=True, exist_ok=True)
@@ -189,14 +194,8 @@ def save(world, ckdir: Path) -> Path:
 
     part = world.rec.part
     name = f"state-{part:05d}"
-    index, size, digest = _write_arrays(ckdir / f"{name}.arrays", arrays)
-    # the parts this state claims are on disk before its json (the commit point) exists; waited
-    # for only now, so the writer thread encodes the flush's parts while the arrays are written
-    try:
-        world.rec.sync()
-    except BaseException:
-        (ckdir / f"{name}.arrays").unlink(missing_ok=True)
-        raise
+    arrays_path, json_path = ckdir / f"{name}.arrays", ckdir / f"{name}.json"
+    index = _write_arrays(arrays_path, arrays)
     meta = {
         "format": FORMAT, "now_s": world.env.now, "part": part, "event_seq": world.event_seq,
         "market_step": world.market_step, "stats": asdict(world.stats),
@@ -205,14 +204,34 @@ def save(world, ckdir: Path) -> Path:
         "mind": _mind_json(world.mind),
         "tape": {"bar_ms": int(tape.bar_ms), "normal_interval_ms": int(tape.normal_interval_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
                  "regime_names": list(tape.regime_names), "events": [asdict(e) for e in tape.events]},
-        "arrays_bytes": size, "arrays_sha256": digest, "parts": dict(sorted(world.rec.part_sha.items())),
     }
-    _write_meta(ckdir / f"{name}.json", meta)
-    keep = {name, _previous(ckdir, part)}
-    for f in ckdir.iterdir():    # older states only: files of ours, never anything else in the folder
-        if _OURS.match(f.name) and f.name.split(".", 1)[0] not in keep:
+    snapshot = _canonical(meta)       # as JSON now: the world moves on while the commit waits
+
+    def commit(parts) -> None:
+        """On the writer thread, after the flush's parts: the arrays made durable and checked, then
+        the json (the commit point), then the states before the fallback removed."""
+        try:
+            written = parts()         # raises if a part of the flush failed: no state then
+            size, digest = _seal(arrays_path)
+        except BaseException:
+            arrays_path.with_name(arrays_path.name + ".tmp").unlink(missing_ok=True)
+            arrays_path.unlink(missing_ok=True)
+            raise
+        _write_meta(json_path, dict(json.loads(snapshot), arrays_bytes=size, arrays_sha256=digest,
+                                    parts=dict(sorted(written.items()))))
+        _prune(ckdir, part)
+    world.rec.after_parts(commit)
+    return json_path
+
+
+def _prune(ckdir: Path, part: int) -> None:
+    """Remove the states older than state `part` but its fallback: files of ours only, never
+    anything else in the folder, nor a newer state than `part` (one being written)."""
+    fallback = _previous(ckdir, part)
+    for f in ckdir.iterdir():
+        m = _OURS.match(f.name)
+        if m and int(m.group(1)) < part and f.name.split(".", 1)[0] != fallback:
             f.unlink(missing_ok=True)
-    return ckdir / f"{name}.json"
 
 
 def _previous(ckdir: Path, part: int) -> str | None:
@@ -233,12 +252,11 @@ def _write_meta(path: Path, meta: dict) -> None:
     atomic_write_bytes(path, _canonical(meta)[:-1] + f',"sha256":"{meta["sha256"]}"}}\n'.encode())
 
 
-def _write_arrays(path: Path, arrays: dict) -> tuple[list, int, str]:
+def _write_arrays(path: Path, arrays: dict) -> list:
     """Each array as a .npy record (header, then the raw data straight from the array), back to back
     in one file: no zip container, whose CRC pass cost as much as the write, and no copy of the
-    world in memory (arrays may be callables producing them one at a time). Written to a temporary
-    name, fsynced, then renamed; returns [name, offset] per array, in order, the file size and its
-    sha256 (read back from the page cache: a hash of what is on disk, not of what was meant)."""
+    world in memory (arrays may be callables producing them one at a time). Written to `path`'s
+    temporary name (`_seal` makes it durable and renames it); returns [name, offset] per array."""
     tmp = path.with_name(path.name + ".tmp")
     index = []
     try:
@@ -246,17 +264,28 @@ def _write_arrays(path: Path, arrays: dict) -> tuple[list, int, str]:
             for k, v in arrays.items():
                 index.append([k, fh.tell()])
                 np.lib.format.write_array(fh, np.asanyarray(v() if callable(v) else v), allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        digest = rundir.sha256_file(tmp)
-        os.replace(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno is None and "requested and" in str(exc):
             # numpy's tofile reports a short write without errno: on a regular file that is a full disk
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(tmp)) from exc
         raise
-    return index, path.stat().st_size, digest
+    return index
+
+
+def _seal(path: Path) -> tuple[int, str]:
+    """`_write_arrays`' temporary file fsynced, hashed and renamed to `path`: its size and sha256
+    (read back from the page cache: a hash of what is on disk, not of what was meant)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    digest = rundir.sha256_file(tmp)
+    size = tmp.stat().st_size
+    os.replace(tmp, path)
+    return size, digest
 
 
 def _read_arrays(path: Path, index: list) -> dict[str, np.ndarray]:

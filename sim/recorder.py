@@ -213,6 +213,7 @@ class Recorder:
         self.part = part_start
         self.rows = {t: 0 for t in TABLES}
         self._writing: list[tuple[str, Future]] = []
+        self._after: list[Future] = []           # jobs queued behind the parts (`after_parts`)
         self.part_sha: dict[str, str] = {}     # "table/part-NNNNN.parquet" -> sha256 of the bytes written
         self._sizes: dict[tuple[str, str], int] = {}     # rows of each numeric column at the last flush
         self._make_dirs()
@@ -258,11 +259,13 @@ class Recorder:
 
         `background`: the buffered chunks are handed to the writer thread, which builds, sorts,
         encodes (Parquet + zstd) and writes each part while the run goes on (most of that is
-        Arrow and numpy work outside the GIL); `sync()` waits for them. The chunks are never
-        touched again by the run. Part files are still renamed into place whole."""
-        self._raise_failed()
-        if not background:
-            self.sync()
+        Arrow and numpy work outside the GIL) until the next flush or `sync()`, which wait for
+        them. The chunks are never touched again by the run. Part files are still renamed into
+        place whole."""
+        # the previous flush's parts and jobs first (it re-raises their error): so the writer holds
+        # at most one flush (sim.resources counts two: that one and the buffers filling), and a
+        # part that failed fails the run at the next flush
+        self.sync()
         written = []
         for table, cols in self.buf.items():
             if not self.buffered[table]:
@@ -281,25 +284,35 @@ class Recorder:
         self.part += 1
         return written
 
+    def after_parts(self, fn) -> None:
+        """Run `fn(parts)` on the writer thread once every part handed to it so far is on disk (a
+        checkpoint's commit). `parts()` returns the sha256 of every part written, by path, or
+        raises the error of one that failed. `fn`'s own error is raised by the next flush or sync."""
+        known, writing = dict(self.part_sha), list(self._writing)
+
+        def parts() -> dict[str, str]:
+            # the writer runs its queue in order, so every one of these has finished by now
+            return {**known, **{rel: f.result() for rel, f in writing}}
+        self._after.append(_WRITER.submit(fn, parts))
+
     def sync(self) -> None:
-        """Wait until every part handed to the writer thread is on disk (re-raises its error)."""
+        """Wait until every part and job handed to the writer thread is done (re-raises the first
+        error, once every one of them has landed or failed)."""
         writing, self._writing = self._writing, []
-        for i, (rel, f) in enumerate(writing):
+        after, self._after = self._after, []
+        first = None
+        for rel, f in writing:
             try:
                 self.part_sha[rel] = f.result()
-            except BaseException:
-                for _, g in writing[i + 1:]:     # let the others land (or fail) before reporting
-                    try:
-                        g.result()
-                    except BaseException:   # noqa: BLE001 - the first error is the one raised
-                        pass
-                raise
-
-    def _raise_failed(self) -> None:
-        done = [(rel, f) for rel, f in self._writing if f.done()]
-        self._writing = [(rel, f) for rel, f in self._writing if not f.done()]
-        for rel, f in done:
-            self.part_sha[rel] = f.result()
+            except BaseException as exc:   # noqa: BLE001 - the first error is the one raised
+                first = first or exc
+        for f in after:
+            try:
+                f.result()
+            except BaseException as exc:   # noqa: BLE001
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 def _lowest_priority() -> None:
@@ -315,7 +328,8 @@ def _lowest_priority() -> None:
         pass
 
 
-#: one writer thread for the process: parts are independent files, so order does not matter
+#: one writer thread for the process; it runs its queue in order, so a job queued by `after_parts`
+#: (a checkpoint's commit) runs after the parts it lists
 _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder", initializer=_lowest_priority)
 
 

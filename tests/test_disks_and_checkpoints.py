@@ -539,3 +539,51 @@ def test_a_checkpoint_whose_parts_fail_leaves_no_state_behind(ref, tmp_path, mon
     assert len(arrays_written) == 1                     # the first save got as far as its arrays
     assert not list(out.rglob("state-*")), list(out.rglob("state-*"))
     assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
+
+
+def test_a_checkpoint_commits_on_the_writer_thread_after_its_parts(ref, tmp_path, monkeypatch):
+    """The simulation thread writes a state's arrays and goes on; the json (the commit point) is
+    written on the writer thread once every part it lists is on disk: with that thread held, the
+    first save returns before its json exists, and every json lists only parts already written."""
+    import threading
+
+    from sim import recorder
+    d, hashes = ref
+    monkeypatch.setattr(ckm, "BUDGET", float("inf"))
+    gate, done, commits, at_return = threading.Event(), set(), [], []
+    real_write, real_save, real_meta = recorder._build_and_write, ckm.save, ckm._write_meta
+
+    def held(path, table, cols):
+        gate.wait(timeout=5)
+        sha = real_write(path, table, cols)
+        done.add(f"{table}/{path.name}")
+        return sha
+
+    def save(world, ckdir):
+        p = real_save(world, ckdir)
+        at_return.append(p.exists())
+        gate.set()
+        return p
+
+    def meta(path, m):
+        commits.append((threading.current_thread().name, set(m["parts"]) <= done, len(m["parts"])))
+        return real_meta(path, m)
+    monkeypatch.setattr(recorder, "_build_and_write", held)
+    monkeypatch.setattr(ckm, "save", save)
+    monkeypatch.setattr(ckm, "_write_meta", meta)
+    res = execute(d / "s.yaml", tmp_path / "run", environ={})
+    assert at_return[0] is False and len(commits) == len(at_return) > 1
+    assert all(name.startswith("golem-recorder") and covered and n > 0 for name, covered, n in commits), commits
+    assert res.manifest["hashes"] == hashes
+
+
+def test_a_commit_removes_older_states_but_its_fallback_and_never_a_newer_one(tmp_path):
+    names = ["state-00001.json", "state-00001.arrays", "state-00002.arrays.tmp", "state-00003.json",
+             "state-00003.arrays", "state-00005.json", "state-00005.arrays", "state-00006.arrays.tmp",
+             "state-00004.json.bak", "notes.txt"]
+    for n in names:
+        (tmp_path / n).write_text("x")
+    ckm._prune(tmp_path, 5)
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(
+        ["state-00003.json", "state-00003.arrays", "state-00005.json", "state-00005.arrays",
+         "state-00006.arrays.tmp", "state-00004.json.bak", "notes.txt"])

@@ -119,6 +119,91 @@ def test_background_flush_writes_the_same_bytes_and_reports_failures(tmp_path, m
         bg.sync()
 
 
+def test_a_flush_waits_for_the_one_before_and_raises_its_failure(tmp_path, monkeypatch):
+    """The writer thread holds at most one flush (the memory estimate counts two: it and the
+    buffers filling): a periodic flush waits for the previous flush's parts first, and a part
+    that failed fails the very next flush, not only the final sync."""
+    import threading
+
+    import sim.recorder as R
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    gate, real = threading.Event(), R._build_and_write
+
+    def held(path, table, cols):
+        gate.wait(timeout=10)
+        return real(path, table, cols)
+    monkeypatch.setattr(R, "_build_and_write", held)
+    rec = Recorder(tmp_path / "r")
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.add("events", add)
+    second = threading.Thread(target=rec.flush, kwargs={"background": True})
+    second.start()
+    second.join(timeout=0.3)
+    assert second.is_alive()                   # waiting for the first flush's part
+    gate.set()
+    second.join(timeout=10)
+    assert not second.is_alive() and "events/part-00000.parquet" in rec.part_sha
+    rec.sync()
+
+    def broken(path, table, cols):
+        raise OSError(5, "Input/output error", str(path))
+    monkeypatch.setattr(R, "_build_and_write", broken)
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.add("events", add)
+    with pytest.raises(OSError, match="Input/output error"):
+        rec.flush(background=True)
+
+
+def test_a_job_after_the_parts_runs_on_the_writer_thread_once_they_are_on_disk(tmp_path, monkeypatch):
+    """`after_parts(fn)`: fn runs on the writer thread after every part handed over before it
+    (a checkpoint's commit), sees their sha256 (earlier flushes' too), gets the error of a part
+    that failed from parts(), and its own error is raised by the next sync."""
+    import hashlib
+    import threading
+
+    import sim.recorder as R
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    rec = Recorder(tmp_path / "r")
+    seen = []
+
+    def job(parts):
+        got = parts()
+        seen.append((threading.current_thread().name, got,
+                     {k: hashlib.sha256((tmp_path / "r" / k).read_bytes()).hexdigest() for k in got}))
+    for _ in range(2):
+        rec.add("events", add)
+        rec.flush(background=True)
+        rec.after_parts(job)
+    rec.sync()
+    assert [sorted(got) for _, got, _ in seen] == [["events/part-00000.parquet"],
+                                                   ["events/part-00000.parquet", "events/part-00001.parquet"]]
+    assert all(name.startswith("golem-recorder") and got == on_disk for name, got, on_disk in seen)
+
+    def broken(path, table, cols):
+        raise OSError(5, "Input/output error", str(path))
+    monkeypatch.setattr(R, "_build_and_write", broken)
+    errors = []
+
+    def job2(parts):
+        try:
+            parts()
+        except OSError as exc:
+            errors.append(exc)
+        raise RuntimeError("the job failed")
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.after_parts(job2)
+    with pytest.raises(OSError, match="Input/output error"):    # the part's error comes first
+        rec.sync()
+    assert len(errors) == 1 and "part-00002" in str(errors[0])
+    rec.after_parts(lambda parts: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        rec.sync()
+    rec.sync()                                                   # reported once
+
+
 EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
                1e16, 123456789.0, 1.7976931348623157e308, float("nan"), float("inf"), float("-inf"), 0.1 + 0.2]
 

@@ -119,6 +119,7 @@ def test_checkpoint_with_deliveries_in_flight(ref, tmp_path, monkeypatch):
 
     def save_then_stop(world, ckdir):
         p = save(world, ckdir)
+        world.rec.sync()                                 # the commit, on the writer thread
         pending = json.loads(p.read_text())["pending"]
         if any(x["role"] == "delivery" for x in pending):
             raise Stop
