@@ -22,8 +22,8 @@ state covers, and its own sha256) are each written to a temporary name, fsynced 
 json is the commit point. The simulation thread writes the arrays (into the page cache) and takes
 the rest of the state as JSON, then goes on; the commit runs on the recorder's writer thread
 behind the flush's parts (`Recorder.after_parts`): the arrays fsynced, hashed and renamed, then
-the json, so a state lists only parts that are on disk. A recorder `sync` (every final or
-stopping flush) waits for it. Done on the simulation thread, fsync and hash cost a recorded
+the json, so a state lists only parts that are on disk. The next flush (each begins with a recorder
+`sync`) waits for it. Done on the simulation thread, fsync and hash cost a recorded
 1,000-Golem day ~0.3 s a save, and waiting for the parts first ~0.8 s. The two newest states
 are kept: `load` checks a state against its checksums and falls back to the one before when it
 fails them, reporting the damaged one as corrupt (never as "no checkpoint"). A state names no paths: its arrays file is the one of its own

@@ -445,7 +445,7 @@ class World:
 
     def flush(self, background: bool = False) -> None:
         """Write the buffered rows; `background` (the periodic flush) leaves the Parquet encoding
-        to the recorder's writer thread (a checkpoint or the run's end waits for it)."""
+        to the recorder's writer thread (the next flush, the run's end among them, waits for it)."""
         if self.rec is not None:
             self.stats.events += self.tables.deliveries()
             self.rec.flush(background)
