@@ -48,8 +48,9 @@ class MemoryRecorder(Recorder):
     def _make_dirs(self) -> None:
         pass
 
-    def _write(self, path: Path, table: str, cols: dict[str, list], background: bool) -> None:
-        self.parts[table].append(_build(table, cols))
+    def _write(self, parts: list[tuple[Path, str, dict[str, list]]], background: bool) -> None:
+        for _, table, cols in parts:
+            self.parts[table].append(_build(table, cols))
 
     def table(self, name: str) -> pa.Table:
         parts = self.parts[name]

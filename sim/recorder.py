@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -222,13 +223,14 @@ class Recorder:
         for t in TABLES:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
 
-    def _write(self, path: Path, table: str, cols: dict[str, list], background: bool) -> None:
-        """One part: handed to the writer thread, or built and written now (its sha256 kept)."""
-        rel = f"{table}/{path.name}"
+    def _write(self, parts: list[tuple[Path, str, dict[str, list]]], background: bool) -> None:
+        """A flush's parts (path, table, chunks): handed to the writer thread, or built and
+        written now by this thread and the writer together (their sha256 kept)."""
         if background:
-            self._writing.append((rel, _WRITER.submit(_build_and_write, path, table, cols)))
-        else:
-            self.part_sha[rel] = _build_and_write(path, table, cols)
+            for path, table, cols in parts:
+                self._writing.append((f"{table}/{path.name}", _WRITER.submit(_build_and_write, path, table, cols)))
+        else:   # the biggest first, so that neither thread is left with a big part at the end
+            self.part_sha.update(_build_and_write_shared(sorted(parts, key=lambda p: -_cells(p[2]))))
 
     def add(self, table: str, columns: dict) -> None:
         """Append rows given as a dict of equal-length columns (schema types): numpy arrays, lists,
@@ -266,7 +268,7 @@ class Recorder:
         # at most one flush (sim.resources counts two: that one and the buffers filling), and a
         # part that failed fails the run at the next flush
         self.sync()
-        written = []
+        written, parts = [], []
         for table, cols in self.buf.items():
             if not self.buffered[table]:
                 continue
@@ -276,11 +278,12 @@ class Recorder:
                 if grown:
                     self._sizes[(table, name)] = max(g.n for g in grown)
                     cols[name] = [c.data[:c.n] if isinstance(c, _Growing) else c for c in chunks]
-            self._write(path, table, cols, background)
+            parts.append((path, table, cols))
             self.rows[table] += self.buffered[table]
             written.append(str(path.relative_to(self.dir)))
             self.buf[table] = {name: [] for name in cols}
             self.buffered[table] = 0
+        self._write(parts, background)
         self.part += 1
         return written
 
@@ -333,8 +336,64 @@ def _lowest_priority() -> None:
 _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-recorder", initializer=_lowest_priority)
 
 
+def warm_up() -> None:
+    """Make pyarrow's first conversion of Python values on the writer thread, now. Where pandas is
+    installed, pyarrow imports it at that first conversion (0.2-0.5 s, holding the GIL), which a
+    recorded run's first tick would otherwise wait for; called before the world is built, the
+    import overlaps the build. Returns at once; an error is left to the run's own conversion."""
+    _WRITER.submit(_first_conversion)
+
+
+def _first_conversion() -> None:
+    try:
+        pa.scalar(0)
+    except Exception:   # noqa: BLE001 - raised again, where it matters, by the run's conversions
+        pass
+
+
 def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> str:
     return _write_part(path, _build(table, cols))
+
+
+def _cells(cols: dict[str, list]) -> int:
+    """A part's values, counted across its columns (a list column's cells included): its build's
+    size, near enough to order parts by."""
+    return sum(c.values.size if isinstance(c, Lists) else c.n * len(c.columns) if isinstance(c, Formatted)
+               else np.size(c) if isinstance(c, np.ndarray) else len(c) for chunks in cols.values() for c in chunks)
+
+
+def _build_and_write_shared(parts: list[tuple[Path, str, dict[str, list]]]) -> dict[str, str]:
+    """Build and write `parts` (biggest first) on the calling thread and the writer thread at
+    once, each taking the next part when it is free: the caller is waiting for them anyway (the
+    run's end, a stopped run's last rows), and most of a part's build and encoding runs outside
+    the GIL, so two cores finish sooner than one. Returns the sha256 of each part by
+    "table/part" path; raises the first error once both threads are done (every other part is
+    still written)."""
+    todo = deque(parts)
+    done: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def work(part=None) -> None:
+        while part is not None or todo:
+            if part is None:
+                try:
+                    part = todo.popleft()
+                except IndexError:      # the other thread took the last one
+                    return
+            path, table, cols = part
+            try:
+                done[f"{table}/{path.name}"] = _build_and_write(path, table, cols)
+            except BaseException as exc:   # noqa: BLE001 - raised by the caller below
+                errors.append(exc)
+            part = None
+    mine = todo.popleft() if todo else None   # the biggest is the caller's: a writer slow to start never holds it
+    helper = _WRITER.submit(work) if todo else None
+    work(mine)
+    if helper is not None:
+        helper.result()
+    if errors:
+        raise errors[0]
+    return done
 
 
 def _build(table: str, cols: dict[str, list]) -> pa.Table:

@@ -13,7 +13,7 @@ from sim import resources, rundir
 from sim.checkpoint import PART_NAME, Checkpoint, load, maybe_save
 from sim.errors import InputError, clip, escape
 from sim.plugins import resolve as resolve_plugins
-from sim.recorder import TABLES, Recorder
+from sim.recorder import TABLES, Recorder, warm_up as recorder_warm_up
 from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
 from sim.run import Hold, build_world, configure_logging, drive
 
@@ -91,6 +91,7 @@ def resume(run_dir: str | Path, progress=None):
         cfg = config_from_manifest(manifest, run_dir)
         _check_parts(run_dir, ck)
         resources.check(scenario, cfg, str(mpath), record=True)
+        recorder_warm_up()
         seed = int(manifest["seed"])
         tape = ck.tape()
         plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded

@@ -20,7 +20,7 @@ from sim.checkpoint import maybe_save
 from sim import config_layers, resources, rundir
 from sim.errors import clip, escape, one_line, show
 from sim.market import generate
-from sim.recorder import Recorder, row_counts
+from sim.recorder import Recorder, row_counts, warm_up as recorder_warm_up
 from sim.scenario import InputError, Scenario, load_scenario
 from sim.world import RunInterrupted, World
 
@@ -164,6 +164,8 @@ def open_run(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path | None,
     if record:
         rundir.check_target(run_dir)
     resources.check(scenario, cfg, scenario_path or scenario.name, record=record, environ=environ)
+    if record or recorder is not None:
+        recorder_warm_up()
     if tape is None:
         tape = build_tape(scenario, run_seed, cfg, scenario_path)
     world = build_world(scenario, cfg, tape, run_seed, progress, scenario_path, plugins=plugins,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -413,3 +414,103 @@ def test_a_sorted_flush_of_string_columns_past_one_take_writes_the_same_part(tmp
                                         '{"a": 7, "who": "bob"}']
     parts = {d: sorted((tmp_path / d / "events").glob("*.parquet")) for d in ("whole", "pieces")}
     assert [p.read_bytes() for p in parts["whole"]] == [p.read_bytes() for p in parts["pieces"]]
+
+
+def _any_rows(table: str, n: int, at: int = 0) -> dict:
+    """n rows of `table` of every column's type (the values only need to round-trip)."""
+    def values(t, i):
+        if pa.types.is_list(t):
+            return [values(t.value_type, i)]
+        if pa.types.is_string(t):
+            return f"s{i}"
+        if pa.types.is_boolean(t):
+            return i % 2 == 0
+        return (i if pa.types.is_integer(t) else i / 4) if t is not None else None
+    return {f.name: pa.array([values(f.type, at + i) for i in range(n)], type=f.type) for f in SCHEMAS[table]}
+
+
+def test_a_foreground_flush_builds_its_parts_on_both_threads_into_the_same_files(tmp_path, monkeypatch):
+    """The run's last flush (and a stopped run's) builds its parts on the calling thread and the
+    writer thread at once, the biggest first and the caller's: the same files and sha256 as the
+    writer thread alone writes; a part that fails is raised once every other part is written."""
+    import threading
+
+    import sim.recorder as R
+    from sim.recorder import TABLES
+    sizes = {t: 60 if t == "retrievals" else 2 + i for i, t in enumerate(TABLES)}
+    alone, shared = Recorder(tmp_path / "alone"), Recorder(tmp_path / "shared")
+    for rec in (alone, shared):
+        for t in TABLES:
+            rec.add(t, _any_rows(t, sizes[t]))
+    alone.flush(background=True)
+    alone.sync()
+
+    me, real, took = threading.current_thread(), R._build_and_write, {}
+    writer_busy = threading.Event()
+
+    def traced(path, table, cols):
+        took[table] = threading.current_thread()
+        if took[table] is me:
+            assert writer_busy.wait(5)          # the writer takes a part while the caller holds its first
+        else:
+            writer_busy.set()
+        return real(path, table, cols)
+    monkeypatch.setattr(R, "_build_and_write", traced)
+    shared.flush()
+    assert set(took) == set(TABLES) and {took[t] is me for t in TABLES} == {True, False}
+    assert shared.part_sha == alone.part_sha and len(shared.part_sha) == len(TABLES)
+    for t in TABLES:
+        part = f"{t}/part-00000.parquet"
+        assert (tmp_path / "shared" / part).read_bytes() == (tmp_path / "alone" / part).read_bytes()
+
+    class Eager:
+        """A writer that has taken its first part by the time `submit` returns."""
+
+        def submit(self, fn):
+            done = R.Future()
+            threading.Thread(target=lambda: done.set_result(fn())).start()
+            assert writer_busy.wait(5)
+            return done
+    took.clear()
+    writer_busy.clear()
+    monkeypatch.setattr(R, "_WRITER", Eager())
+    eager = Recorder(tmp_path / "eager")
+    for t in TABLES:
+        eager.add(t, _any_rows(t, sizes[t]))
+    eager.flush()
+    assert took["retrievals"] is me and eager.part_sha == alone.part_sha      # the biggest part is the caller's
+
+    def events_fail(path, table, cols):
+        if table == "events":
+            raise OSError(5, "Input/output error", str(path))
+        return real(path, table, cols)
+    monkeypatch.setattr(R, "_build_and_write", events_fail)
+    for t in TABLES:
+        shared.add(t, _any_rows(t, sizes[t], at=100))
+    with pytest.raises(OSError, match="Input/output error"):
+        shared.flush()
+    written = {p.parent.name for p in (tmp_path / "shared").glob("*/part-00001.parquet")}
+    assert written == set(TABLES) - {"events"}
+
+
+def test_a_recorded_run_warms_pyarrow_on_the_writer_thread_before_building_its_world(tmp_path, monkeypatch):
+    """pyarrow imports pandas (where installed) at its first conversion: a recorded run starts that
+    on the writer thread before the world is built, an unrecorded one never."""
+    import threading
+
+    import sim.recorder as R
+    import sim.run as RUN
+    ran = []
+    monkeypatch.setattr(R, "_first_conversion", lambda: ran.append(threading.current_thread().name))
+    R.warm_up()
+    R._WRITER.submit(lambda: None).result()
+    assert len(ran) == 1 and ran[0].startswith("golem-recorder")
+
+    order, build = [], RUN.build_world
+    monkeypatch.setattr(RUN, "recorder_warm_up", lambda: order.append("warm"))
+    monkeypatch.setattr(RUN, "build_world", lambda *a, **k: (order.append("build"), build(*a, **k))[1])
+    for record in (True, False):
+        order.clear()
+        RUN.execute(Path(__file__).parents[1] / "scenarios" / "calm.yaml", tmp_path / f"r{record}", sets=["duration=1h"],
+                    environ={}, record=record)
+        assert order == (["warm", "build"] if record else ["build"])
