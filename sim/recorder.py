@@ -373,21 +373,22 @@ def _build_and_write_shared(parts: list[tuple[Path, str, dict[str, list]]]) -> d
     done: dict[str, str] = {}
     errors: list[BaseException] = []
 
-    def work(part=None) -> None:
-        while part is not None or todo:
-            if part is None:
-                try:
-                    part = todo.popleft()
-                except IndexError:      # the other thread took the last one
-                    return
+    def take():
+        try:
+            return todo.popleft()
+        except IndexError:      # none left (the other thread may have taken the last)
+            return None
+
+    def work(part) -> None:
+        while part is not None:
             path, table, cols = part
             try:
                 done[f"{table}/{path.name}"] = _build_and_write(path, table, cols)
             except BaseException as exc:   # noqa: BLE001 - raised by the caller below
                 errors.append(exc)
-            part = None
-    mine = todo.popleft() if todo else None   # the biggest is the caller's: a writer slow to start never holds it
-    helper = _WRITER.submit(work) if todo else None
+            part = take()
+    mine = take()   # the biggest is the caller's: a writer slow to start never holds it
+    helper = _WRITER.submit(lambda: work(take())) if todo else None
     work(mine)
     if helper is not None:
         helper.result()
