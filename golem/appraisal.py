@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from golem import pad as padm
 
@@ -37,33 +38,122 @@ def outlook(pop, ix: np.ndarray, value: np.ndarray, now_ms: int, window_s: float
 
     The window is OUTLOOK_BUCKETS buckets of window_s / OUTLOOK_BUCKETS; a bucket keeps the first
     value seen in it and its highest. Before a Golem has lived a whole window, the buckets it has not
-    seen hold its starting capital (it had that money before the run)."""
+    seen hold its starting capital (it had that money before the run). The rings are updated in
+    place, a row at a time (`_outlook_rows`)."""
     width_ms = window_s * 1000.0 / OUTLOOK_BUCKETS
-    b = np.full(ix.size, int(now_ms // width_ms), dtype=np.int64)
-    last = pop.out_bucket[ix]
-    fresh = last < 0
-    last = np.where(fresh, b, last)
-    gap = np.minimum(b - last, OUTLOOK_BUCKETS)          # buckets entered since the last tick
-    opens, highs = pop.out_open[ix], pop.out_high[ix]     # copies (fancy indexing)
-    if fresh.any():
-        opens[fresh] = pop.value0[ix[fresh], None]
-        highs[fresh] = pop.value0[ix[fresh], None]
-    slot = np.arange(OUTLOOK_BUCKETS)[None, :]
-    # a bucket entered now (k = b - gap + 1 .. b) starts at the current value
-    age = (b[:, None] - slot) % OUTLOOK_BUCKETS           # buckets back from b, per ring slot
-    entered = age < gap[:, None]
-    cur = (b % OUTLOOK_BUCKETS)[:, None] == slot
-    opens = np.where(entered, value[:, None], opens)
-    highs = np.where(entered, value[:, None], highs)
-    highs = np.where(cur, np.maximum(highs, value[:, None]), highs)
-    pop.out_open[ix] = opens
-    pop.out_high[ix] = highs
-    pop.out_bucket[ix] = b
-    start = opens[np.arange(ix.size), (b + 1) % OUTLOOK_BUCKETS]   # the oldest bucket of the window
-    high = highs.max(axis=1)
+    value = np.asarray(value, dtype=np.float64)
+    start, high = _outlook_rows(np.asarray(ix, dtype=np.int64), value, int(now_ms // width_ms), pop.value0,
+                                pop.out_open, pop.out_high, pop.out_bucket)
     v = np.maximum(value, 0.0)
     return Outlook(window_return=v / np.maximum(start, 1e-12) - 1.0,
                    drawdown=np.clip(1.0 - v / np.maximum(high, 1e-12), 0.0, 1.0))
+
+
+@njit(cache=True)
+def _outlook_rows(ix, value, b, value0, out_open, out_high, out_bucket):
+    """`outlook`'s ring update for the rows `ix` (bucket `b` now), in place; returns each row's window
+    start (the oldest bucket's first value) and high. A fresh ring (bucket -1) is filled with the
+    starting capital; every bucket entered since the last tick starts at the current value."""
+    nb = out_open.shape[1]
+    start = np.empty(ix.size)
+    high = np.empty(ix.size)
+    cur = b % nb
+    for r in range(ix.size):
+        g = ix[r]
+        v = value[r]
+        last = out_bucket[g]
+        if last < 0:
+            last = b
+            for s in range(nb):
+                out_open[g, s] = value0[g]
+                out_high[g, s] = value0[g]
+        gap = min(b - last, nb)
+        top = -np.inf
+        for s in range(nb):
+            if (b - s) % nb < gap:            # entered now: buckets b - gap + 1 .. b
+                out_open[g, s] = v
+                out_high[g, s] = v
+            if s == cur and v > out_high[g, s]:
+                out_high[g, s] = v
+            top = max(top, out_high[g, s])
+        out_bucket[g] = b
+        start[r] = out_open[g, (b + 1) % nb]
+        high[r] = top
+    return start, high
+
+
+def price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_window_ms, min_returns, ref, stop_window_ms,
+                  price_hist, r2_hist, dt_hist, t_hist, trade_ms):
+    """Record the tick in each Golem's price history ring (slot tick % HIST: price, squared log
+    return, the seconds it spans, when; a Golem's first tick has seen no return) and read the ring
+    once for two figures per row:
+
+    - the realised volatility against the asset's normal `ref` (per sqrt(second)): sqrt(sum r2 /
+      sum dt) / ref over the returns of the last vol_window_ms, and at least the last `min_returns`
+      ones; 1 (the normal) where none spans any time, as on a Golem's first tick;
+    - the peak price seen within stop_window_ms since the position was last changed (`trade_ms`),
+      -inf when none, for the stop.
+
+    The sums are numpy's of the masked rows (`_row_sum`), so the figures are those of the array
+    expressions bit for bit."""
+    ix = np.asarray(ix, dtype=np.int64)
+    return _price_history(ix, tick[ix], np.asarray(price, dtype=np.float64), np.asarray(lr, dtype=np.float64),
+                          np.asarray(dt_s, dtype=np.float64), np.asarray(first, dtype=np.bool_), int(now_ms),
+                          float(now_ms - vol_window_ms), int(min_returns), np.asarray(ref, dtype=np.float64),
+                          float(now_ms - stop_window_ms), price_hist, r2_hist, dt_hist, t_hist, trade_ms)
+
+
+@njit(cache=True, error_model="numpy")
+def _price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_cut_ms, min_returns, ref, stop_cut_ms, price_hist,
+                   r2_hist, dt_hist, t_hist, trade_ms):
+    hist = price_hist.shape[1]
+    vol = np.empty(ix.size)
+    peak = np.empty(ix.size)
+    dts = np.empty(hist)
+    r2s = np.empty(hist)
+    for r in range(ix.size):
+        g, t = ix[r], tick[r]
+        slot = t % hist
+        price_hist[g, slot] = price[r]
+        r2_hist[g, slot] = 0.0 if first[r] else lr[r] * lr[r]
+        dt_hist[g, slot] = 0.0 if first[r] else dt_s[r]
+        t_hist[g, slot] = now_ms
+        top = -np.inf
+        for j in range(hist):
+            seen_t = t_hist[g, j]
+            recent = seen_t > vol_cut_ms or (t - j) % hist < min_returns   # j is one of the last returns
+            dts[j] = dt_hist[g, j] if recent else 0.0
+            r2s[j] = r2_hist[g, j] if recent else 0.0
+            ph = price_hist[g, j]
+            if seen_t > stop_cut_ms and seen_t >= trade_ms[g] and not np.isnan(ph) and ph > top:
+                top = ph
+        seen = _row_sum(dts, hist)
+        var = _row_sum(r2s, hist) / max(seen, 1e-12) if seen > 0 else ref[r] * ref[r]
+        vol[r] = np.sqrt(var) / ref[r]
+        peak[r] = top
+    return vol, peak
+
+
+@njit(cache=True, inline="always")
+def _row_sum(a, n):
+    """`a[:n].sum()` as numpy adds a row of n <= 128 float64 (its pairwise sum's leaf: eight
+    interleaved accumulators, then the rest in order), so a kernel's sum is the array expression's."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    i = 8
+    while i < n - n % 8:
+        r0, r1, r2, r3 = r0 + a[i], r1 + a[i + 1], r2 + a[i + 2], r3 + a[i + 3]
+        r4, r5, r6, r7 = r4 + a[i + 4], r5 + a[i + 5], r6 + a[i + 6], r7 + a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return 0.0 + res
 
 
 def impulse(charge: np.ndarray, new: np.ndarray, dt_s: np.ndarray, half_life_s: float) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ from golem.context import Lexicon, normalise, topic_code
 from golem.memory_writer import KINDS, Candidates, write
 from golem.plugins import CohortView
 from golem.pad import EMOTION_CODES as EMOTION_NAMES
-from golem.population import HIST, MARKER_REGIMES, Population
+from golem.population import MARKER_REGIMES, Population
 from golem.rng import uniform
 
 STATE_TICK = "SENSING>DECIDING>ACTING>REFLECTING"
@@ -268,7 +268,7 @@ class Mind:
         tick_pnl = np.where(first, 0.0, value - pop.last_value[ix])
         # affect lives in simulated time: dt since this Golem's last awake tick (a dream in between included)
         dt_s = np.maximum(np.where(first, pop.interval_s[ix], (obs.now_ms - pop.last_ms[ix]) / 1000.0), 1e-3)
-        vol_ratio = self._volatility(ix, obs, asset, price, np.log(price / lp), dt_s, first)
+        vol_ratio, peak = self._price_history(ix, obs, asset, price, np.log(price / lp), dt_s, first)
         regime = np.full(ix.size, obs.regime, dtype=np.int64)
         last_regime = pop.last_regime[ix]
         regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
@@ -278,7 +278,8 @@ class Mind:
         danger = (sev >= 3) | (obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0)
         self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
         sgn = np.sign(ret).astype(np.int64)
-        stim, truth = self._stimulus(ix, obs, price, value, tick_pnl, dt_s, vol_ratio, sev, regime_shift, sgn, first)
+        stim, truth = self._stimulus(ix, obs, price, value, tick_pnl, dt_s, vol_ratio, peak, sev, regime_shift, sgn,
+                                     first)
         stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
         pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
         pop.pad[ix] = pad
@@ -299,29 +300,19 @@ class Mind:
                       neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=valence, marker_strength=strength,
                       tier=tier, first=first, reflex=fired)
 
-    def _volatility(self, ix: np.ndarray, obs: Observation, asset: np.ndarray, price: np.ndarray, lr: np.ndarray,
-                    dt_s: np.ndarray, first: np.ndarray) -> np.ndarray:
+    def _price_history(self, ix: np.ndarray, obs: Observation, asset: np.ndarray, price: np.ndarray,
+                       lr: np.ndarray, dt_s: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Record the tick in the Golem's price history; return the realised volatility over the last
-        vol_window_s (at least vol_min_returns returns), per sqrt(second), against the asset's
-        normal. A Golem's first tick has seen no return and takes the normal."""
+        vol_window_s (at least vol_min_returns returns) against the asset's normal, and the peak
+        price the stop compares with (`appraisal.price_history`)."""
         pop, ap = self.pop, self.cfg.appraisal
-        t = pop.tick[ix]
-        slot = t % HIST
-        pop.price_hist[ix, slot] = price
-        pop.r2_hist[ix, slot] = np.where(first, 0.0, lr * lr)
-        pop.dt_hist[ix, slot] = np.where(first, 0.0, dt_s)
-        pop.t_hist[ix, slot] = obs.now_ms
-        recent = pop.t_hist[ix] > obs.now_ms - ap.vol_window_s * 1000.0
-        last_k = (t[:, None] - np.arange(ap.vol_min_returns)[None, :]) % HIST   # and at least the last few returns
-        recent[np.arange(ix.size)[:, None], last_k] = True
-        seen = (pop.dt_hist[ix] * recent).sum(axis=1)
-        var = np.where(seen > 0, (pop.r2_hist[ix] * recent).sum(axis=1) / np.maximum(seen, 1e-12),
-                       obs.ref_rate[asset] ** 2)
-        return np.sqrt(var) / obs.ref_rate[asset]
+        return appraisal.price_history(ix, pop.tick, price, lr, dt_s, first, obs.now_ms, ap.vol_window_s * 1000.0,
+                                       ap.vol_min_returns, obs.ref_rate[asset], ap.stop_window_s * 1000.0,
+                                       pop.price_hist, pop.r2_hist, pop.dt_hist, pop.t_hist, pop.trade_ms)
 
     def _stimulus(self, ix: np.ndarray, obs: Observation, price: np.ndarray, value: np.ndarray, tick_pnl: np.ndarray,
-                  dt_s: np.ndarray, vol_ratio: np.ndarray, sev: np.ndarray, regime_shift: np.ndarray, sgn: np.ndarray,
-                  first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  dt_s: np.ndarray, vol_ratio: np.ndarray, peak: np.ndarray, sev: np.ndarray,
+                  regime_shift: np.ndarray, sgn: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tick's stimulus (n, 3), before hooks (golem.appraisal.stimulus), and the outcome part
         of P: the ground truth a harsh self-evaluation is checked against (SPEC §5). The last
         decision's prediction is checked here, and the entries that drove it validated."""
@@ -332,7 +323,7 @@ class Mind:
         # a heuristic is contradicted when memory spoke clearly (|signal| >= 0.5) and the market disagreed
         lm = pop.last_mem[ix]
         contradicted = ((np.abs(lm) >= 0.5) & (sgn != 0) & (np.sign(lm) != sgn)).astype(np.float64)
-        shock = self._shock(ix, obs, price)
+        shock = self._shock(ix, obs, price, peak)
         control, worked = self._control(ix, obs, price, value, dt_s)
         look = appraisal.outlook(pop, ix, value, obs.now_ms, ap.outlook_window_s)
         pnl_rate = tick_pnl / np.maximum(value, 1e-9) * (ap.reference_interval_s / dt_s)
@@ -349,17 +340,14 @@ class Mind:
                                         control=control, worked=worked, shock=shock)
         return np.stack([sp, sa, sd], axis=1), np.tanh(appraisal.outcome(ap, pnl_rate, look))
 
-    def _shock(self, ix: np.ndarray, obs: Observation, price: np.ndarray) -> np.ndarray:
+    def _shock(self, ix: np.ndarray, obs: Observation, price: np.ndarray, peak: np.ndarray) -> np.ndarray:
         """A held position hit: an exploit or rug pull on its asset, a liquidation, or a stop
-        breached (price more than stop_loss below its peak over the last stop_window_s, since the
+        breached (price more than stop_loss below its `peak` over the last stop_window_s, since the
         position was last changed: a fresh position is not stopped out by the prices before it)."""
         pop, ap = self.pop, self.cfg.appraisal
         held = pop.units[ix] > 1e-12
         exploit_held = held & obs.seeing(("exploit", "rug_pull"))
         liquidation = held & obs.seeing(("liquidation",))
-        seen_t = pop.t_hist[ix]
-        in_window = (seen_t > obs.now_ms - ap.stop_window_s * 1000.0) & (seen_t >= pop.trade_ms[ix, None])
-        peak = np.where(in_window & ~np.isnan(pop.price_hist[ix]), pop.price_hist[ix], -np.inf).max(axis=1)
         stop = held & (price < (1.0 - ap.stop_loss) * peak)
         return np.maximum.reduce([stop * ap.stop_breach, exploit_held * ap.exploit_held, liquidation * ap.liquidation])
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import SCENARIOS, events, run_scenario, table
 from golem import appraisal
@@ -97,6 +99,149 @@ def test_the_outlook_window_by_hand():
     # a gap longer than the window forgets it all: the value now is start and high
     look = appraisal.outlook(pop, ix, np.array([50.0]), 100 * day, w)
     assert (look.window_return[0], look.drawdown[0]) == (0.0, 0.0)
+
+
+def _history(n=1, hist=8):
+    ring = dict(price_hist=np.full((n, hist), np.nan), r2_hist=np.zeros((n, hist)), dt_hist=np.zeros((n, hist)),
+                t_hist=np.full((n, hist), np.iinfo(np.int64).min // 2, dtype=np.int64))
+    return ring, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+
+
+def _see(ring, tick, trade_ms, now_ms, price, lr, first=False, vol_window_ms=1_800_000.0, min_returns=2,
+         ref=0.001, stop_window_ms=3_600_000.0):
+    one = np.ones(1)
+    vol, peak = appraisal.price_history(np.array([0]), tick, price * one, lr * one, 300.0 * one, np.array([first]),
+                                        now_ms, vol_window_ms, min_returns, ref * one, stop_window_ms, **ring,
+                                        trade_ms=trade_ms)
+    tick += 1
+    return float(vol[0]), float(peak[0])
+
+
+def test_the_realised_volatility_and_the_stop_peak_by_hand():
+    """Volatility: sqrt(sum of r^2 / the seconds they span) / the normal rate, over the returns of the
+    last vol_window_s and at least the last vol_min_returns ones; a first tick is the normal (1). The
+    stop's peak: the highest price seen within stop_window_s since the position last changed."""
+    ring, tick, trade_ms = _history()
+    m = 60_000
+    assert _see(ring, tick, trade_ms, 0, 100.0, 0.5, first=True) == (1.0, 100.0)   # no return yet
+    # returns 0.01 and 0.02 five minutes apart, within the 30-minute window
+    vol, peak = _see(ring, tick, trade_ms, 5 * m, 101.0, 0.01)
+    assert vol == pytest.approx(math.sqrt(0.01 ** 2 / 300) / 0.001) and peak == 101.0
+    vol, peak = _see(ring, tick, trade_ms, 10 * m, 99.0, 0.02)
+    assert vol == pytest.approx(math.sqrt((0.01 ** 2 + 0.02 ** 2) / 600) / 0.001) and peak == 101.0
+    # 40 minutes later the window holds only this return, but the last two are always counted
+    vol, peak = _see(ring, tick, trade_ms, 50 * m, 98.0, 0.03)
+    assert vol == pytest.approx(math.sqrt((0.02 ** 2 + 0.03 ** 2) / 600) / 0.001)
+    assert peak == 101.0                                        # 101 at 5 min is within the hour
+    # a trade at 52 min: the prices before it no longer count for the stop
+    trade_ms[0] = 52 * m
+    vol, peak = _see(ring, tick, trade_ms, 55 * m, 97.0, -0.01)
+    assert peak == 97.0
+    # the stop's window is an hour: at 2 h only the prices since 1 h count (none but now's)
+    trade_ms[0] = 0
+    assert _see(ring, tick, trade_ms, 120 * m, 96.0, -0.01)[1] == 96.0
+    # the ring holds HIST ticks: the slot written is tick % HIST
+    assert ring["price_hist"][0, :6].tolist() == [100.0, 101.0, 99.0, 98.0, 97.0, 96.0] and ring["t_hist"][0, 5] == 120 * m
+
+
+def _history_by_arrays(ix, tick, price, lr, dt_s, first, now_ms, vol_window_ms, min_returns, ref, stop_window_ms,
+                       price_hist, r2_hist, dt_hist, t_hist, trade_ms):
+    """`appraisal.price_history` as whole-array expressions over the cohort, the reference of its kernel."""
+    hist = price_hist.shape[1]
+    t = tick[ix]
+    slot = t % hist
+    price_hist[ix, slot] = price
+    r2_hist[ix, slot] = np.where(first, 0.0, lr * lr)
+    dt_hist[ix, slot] = np.where(first, 0.0, dt_s)
+    t_hist[ix, slot] = now_ms
+    recent = t_hist[ix] > now_ms - vol_window_ms
+    last_k = (t[:, None] - np.arange(min_returns)[None, :]) % hist
+    recent[np.arange(ix.size)[:, None], last_k] = True
+    seen = (dt_hist[ix] * recent).sum(axis=1)
+    var = np.where(seen > 0, (r2_hist[ix] * recent).sum(axis=1) / np.maximum(seen, 1e-12), ref ** 2)
+    seen_t = t_hist[ix]
+    in_window = (seen_t > now_ms - stop_window_ms) & (seen_t >= trade_ms[ix, None])
+    peak = np.where(in_window & ~np.isnan(price_hist[ix]), price_hist[ix], -np.inf).max(axis=1)
+    return np.sqrt(var) / ref, peak
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 40), st.sampled_from([8, 64]), st.integers(1, 12))
+def test_the_price_history_kernel_is_the_array_expressions_bit_for_bit(seed, n, hist, min_returns):
+    """Rings at every stage (empty, partly and wholly filled, wrapped), returns of mixed size, first
+    ticks, trades before and after the window: the same figures and rings, bit for bit."""
+    rng = np.random.default_rng(seed)
+    m = n + 3
+    ring = dict(price_hist=np.where(rng.random((m, hist)) < 0.2, np.nan, rng.uniform(50, 150, (m, hist))),
+                r2_hist=(rng.standard_normal((m, hist)) * 10.0 ** rng.integers(-8, 0, (m, hist))) ** 2,
+                dt_hist=rng.choice([0.0, 1e-3, 300.0, 7200.0], (m, hist)) * rng.uniform(0.5, 2, (m, hist)),
+                t_hist=rng.integers(-10**7, 10**7, (m, hist)))
+    ring["t_hist"][rng.random((m, hist)) < 0.2] = np.iinfo(np.int64).min // 2
+    tick, trade_ms = rng.integers(0, 3 * hist, m), rng.integers(-10**7, 10**7, m)
+    ix = rng.permutation(m)[:n]
+    now = int(rng.integers(0, 10**7))
+    args = (ix, tick, rng.uniform(50, 150, n), rng.standard_normal(n) * 0.01, rng.uniform(1e-3, 1e4, n),
+            rng.random(n) < 0.2, now, float(rng.uniform(0, 2e7)), min_returns, rng.uniform(1e-5, 1e-2, n),
+            float(rng.uniform(0, 2e7)))
+    mine = {k: v.copy() for k, v in ring.items()}
+    vol, peak = appraisal.price_history(*args, **mine, trade_ms=trade_ms)
+    want_vol, want_peak = _history_by_arrays(*args, **ring, trade_ms=trade_ms)
+    assert vol.tobytes() == want_vol.tobytes() and peak.tobytes() == want_peak.tobytes()
+    for k in ring:
+        assert mine[k].tobytes() == ring[k].tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**31), st.integers(0, 128))
+def test_a_row_sum_adds_as_numpy_adds_a_row(seed, n):
+    from golem.appraisal import _row_sum
+    x = np.random.default_rng(seed).standard_normal((2, n)) * 10.0 ** np.random.default_rng(seed).integers(-6, 7, (2, n))
+    want = x.sum(axis=1)[1]
+    got = _row_sum(x[1].copy(), n)
+    assert got == want and np.signbit(got) == np.signbit(want)
+
+
+def _outlook_by_arrays(pop, ix, value, now_ms, window_s):
+    """`appraisal.outlook` as whole-array expressions over the cohort, the reference of its kernel."""
+    nb = appraisal.OUTLOOK_BUCKETS
+    b = np.full(ix.size, int(now_ms // (window_s * 1000.0 / nb)), dtype=np.int64)
+    last = pop.out_bucket[ix]
+    fresh = last < 0
+    last = np.where(fresh, b, last)
+    gap = np.minimum(b - last, nb)
+    opens, highs = pop.out_open[ix], pop.out_high[ix]
+    opens[fresh] = pop.value0[ix[fresh], None]
+    highs[fresh] = pop.value0[ix[fresh], None]
+    slot = np.arange(nb)[None, :]
+    entered = (b[:, None] - slot) % nb < gap[:, None]
+    opens = np.where(entered, value[:, None], opens)
+    highs = np.where(entered, value[:, None], highs)
+    highs = np.where((b % nb)[:, None] == slot, np.maximum(highs, value[:, None]), highs)
+    pop.out_open[ix], pop.out_high[ix], pop.out_bucket[ix] = opens, highs, b
+    v = np.maximum(value, 0.0)
+    start, high = opens[np.arange(ix.size), (b + 1) % nb], highs.max(axis=1)
+    return v / np.maximum(start, 1e-12) - 1.0, np.clip(1.0 - v / np.maximum(high, 1e-12), 0.0, 1.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 30), st.integers(1, 6))
+def test_the_outlook_kernel_is_the_array_expressions_bit_for_bit(seed, n, looks):
+    """Fresh rings and old ones, gaps of no bucket to more than the window, values that rise and fall
+    (some negative): the same window returns, drawdowns and rings, bit for bit, look after look."""
+    rng = np.random.default_rng(seed)
+    m = n + 2
+    mine, ref = _pop(m), _pop(m)
+    mine.value0[:] = ref.value0[:] = rng.uniform(50, 150, m)
+    ix = rng.permutation(m)[:n]
+    now = int(rng.integers(0, 10**9))
+    for _ in range(looks):
+        now += int(rng.choice([0, 1, 3_600_000, 86_400_000, 40 * 86_400_000]) * rng.uniform(0, 3))
+        value = rng.uniform(-20, 200, n)
+        got = appraisal.outlook(mine, ix, value, now, 30 * 86_400)
+        want = _outlook_by_arrays(ref, ix, value, now, 30 * 86_400)
+        assert got.window_return.tobytes() == want[0].tobytes() and got.drawdown.tobytes() == want[1].tobytes()
+        for k in ("out_open", "out_high", "out_bucket"):
+            assert getattr(mine, k).tobytes() == getattr(ref, k).tobytes()
 
 
 def test_emotion_and_mood_are_recorded_and_recall_reads_the_mood(flash_run):
