@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from golem import pad as padm
+from golem.kernels import np_sum
 
 #: buckets of the outlook window (its return and high are kept per bucket: a day each at 30 days)
 OUTLOOK_BUCKETS = 30
@@ -94,7 +95,7 @@ def price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_window_ms, min_r
     - the peak price seen within stop_window_ms since the position was last changed (`trade_ms`),
       -inf when none, for the stop.
 
-    The sums are numpy's of the masked rows (`_row_sum`), so the figures are those of the array
+    The sums are numpy's of the masked rows (`kernels.np_sum`), so the figures are those of the array
     expressions bit for bit."""
     ix = np.asarray(ix, dtype=np.int64)
     return _price_history(ix, tick[ix], np.asarray(price, dtype=np.float64), np.asarray(lr, dtype=np.float64),
@@ -127,33 +128,11 @@ def _price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_cut_ms, min_ret
             ph = price_hist[g, j]
             if seen_t > stop_cut_ms and seen_t >= trade_ms[g] and not np.isnan(ph) and ph > top:
                 top = ph
-        seen = _row_sum(dts, hist)
-        var = _row_sum(r2s, hist) / max(seen, 1e-12) if seen > 0 else ref[r] * ref[r]
+        seen = np_sum(dts, 0, hist, 0.0)
+        var = np_sum(r2s, 0, hist, 0.0) / max(seen, 1e-12) if seen > 0 else ref[r] * ref[r]
         vol[r] = np.sqrt(var) / ref[r]
         peak[r] = top
     return vol, peak
-
-
-@njit(cache=True, inline="always")
-def _row_sum(a, n):
-    """`a[:n].sum()` as numpy adds a row of n <= 128 float64 (its pairwise sum's leaf: eight
-    interleaved accumulators, then the rest in order), so a kernel's sum is the array expression's."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    i = 8
-    while i < n - n % 8:
-        r0, r1, r2, r3 = r0 + a[i], r1 + a[i + 1], r2 + a[i + 2], r3 + a[i + 3]
-        r4, r5, r6, r7 = r4 + a[i + 4], r5 + a[i + 5], r6 + a[i + 6], r7 + a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return 0.0 + res
 
 
 def impulse(charge: np.ndarray, new: np.ndarray, dt_s: np.ndarray, half_life_s: float) -> tuple[np.ndarray, np.ndarray]:

@@ -53,6 +53,7 @@ def reevaluation_agrees(biased: float, unbiased: float, tolerance: float = 0.1) 
 # --- the pass ---------------------------------------------------------------------------------
 
 from golem import grimoire as gm  # noqa: E402
+from golem.kernels import np_sum  # noqa: E402
 from golem import reflex  # noqa: E402
 
 DAY_MS = 86_400_000
@@ -398,70 +399,6 @@ def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_c
                 low_conf[s] = flag
                 n_low[r] += flag
     return n_low
-
-
-@njit(cache=True)
-def np_sum(a, lo, n, zero):
-    """`a[lo:lo + n].sum()` as numpy adds it (contiguous 1-D, in the accumulator type of `zero`):
-    the identity plus a pairwise sum, blocks of up to 128 summed with eight interleaved
-    accumulators, halves split at a multiple of 8. Kernels that replace a numpy sum use it so their
-    figures stay the numpy expression's bit for bit (a plain loop differs in the last bits).
-    numpy recurses; this walks the same tree with a stack (a recursive numba function crashes
-    when cached and called from another kernel). It lives here, beside its callers: numba's cache
-    does not notice a change to a kernel of another module."""
-    los = np.empty(64, dtype=np.int64)
-    ns = np.empty(64, dtype=np.int64)
-    stage = np.zeros(64, dtype=np.int8)
-    vals = np.full(64, zero)
-    top, nv = 0, 0
-    los[0], ns[0] = lo, n
-    while top >= 0:
-        m = ns[top]
-        if m <= 128:
-            vals[nv] = _block_sum(a, los[top], m, zero)
-            nv += 1
-            top -= 1
-        elif stage[top] < 2:
-            half = m // 2
-            half -= half % 8
-            first = stage[top] == 0
-            stage[top] += 1
-            los[top + 1] = los[top] if first else los[top] + half
-            ns[top + 1] = half if first else m - half
-            stage[top + 1] = 0
-            top += 1
-        else:                                   # both halves summed: left + right
-            nv -= 1
-            vals[nv - 1] = vals[nv - 1] + vals[nv]
-            top -= 1
-    return zero + vals[0]
-
-
-@njit(cache=True, inline="always")
-def _block_sum(a, lo, n, zero):
-    if n < 8:
-        res = zero
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i, m = lo + 8, lo + n - n % 8
-    while i < m:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < lo + n:
-        res += a[i]
-        i += 1
-    return res
 
 
 def _write_lessons(mind, now_ms: int, golems: np.ndarray, grp_row: np.ndarray, anchor: np.ndarray,

@@ -191,16 +191,6 @@ def test_the_price_history_kernel_is_the_array_expressions_bit_for_bit(seed, n, 
         assert mine[k].tobytes() == ring[k].tobytes()
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**31), st.integers(0, 128))
-def test_a_row_sum_adds_as_numpy_adds_a_row(seed, n):
-    from golem.appraisal import _row_sum
-    x = np.random.default_rng(seed).standard_normal((2, n)) * 10.0 ** np.random.default_rng(seed).integers(-6, 7, (2, n))
-    want = x.sum(axis=1)[1]
-    got = _row_sum(x[1].copy(), n)
-    assert got == want and np.signbit(got) == np.signbit(want)
-
-
 def _outlook_by_arrays(pop, ix, value, now_ms, window_s):
     """`appraisal.outlook` as whole-array expressions over the cohort, the reference of its kernel."""
     nb = appraisal.OUTLOOK_BUCKETS

@@ -432,7 +432,7 @@ def _floats(rng, n, dtype):
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2**31), st.integers(0, 700), st.integers(0, 5), st.sampled_from([np.float32, np.float64]))
 def test_np_sum_adds_as_numpy_does(seed, n, lo, dtype):
-    from golem.curator import np_sum
+    from golem.kernels import np_sum
     a = _floats(np.random.default_rng(seed), n + lo + 3, dtype)
     got, want = np_sum(a, lo, n, dtype(0)), a[lo:lo + n].sum()
     assert got == want and np.signbit(got) == np.signbit(want) and dtype(got) == got   # summed in dtype
