@@ -412,18 +412,18 @@ class Mind:
         res = self._recall(ix, obs, s, query)
         fired, safe, nserved = self._anti_rumination(ix, obs, s, query, res, out)
         # touch, acted-on counts and act times of the served entries (they drive this decision),
-        # and their columns: sc[name] = c[name][safe] after that
-        sc = rt.recall(gr, res.slots, res.shadow, obs.now_ms)
-        # reactivation (SPEC §2.6): a served entry whose context matches (cosine >= 0.8, same topic)
-        react = reactivate(gr, res.slots, res.tagged, res.factors[:, :, 0], sc["topic"], topics, obs.now_ms,
-                           cfg.decay.reactivation_cosine)
+        # and their columns: sc[name] = c[name][safe] after that; in the same pass reactivation
+        # (SPEC §2.6): a served tagged entry whose context matches (cosine >= 0.8, same topic)
+        sc = rt.recall(gr, res.slots, res.shadow, obs.now_ms, res.tagged, res.factors, topics,
+                       cfg.decay.reactivation_cosine)
+        react = sc["reactivated"]
         mem, mem_without, pending = self._memory_signal(ix, s, res, sc)
         target, changed = self._target(ix, obs, s, res, sc, mem, mem_without, pending)
         contra_ids = self._contrarian_weighed(ix, pending)
         # novel: nothing in memory resembles the situation (the pool's best semantic match, SPEC §5)
         novelty = res.pool[:, kernels.POOL_BEST_SEMANTIC] < cfg.escalation.novelty_threshold
         tier = np.maximum(s.tier, np.where(novelty & ~s.pos_marker, 1, 0))
-        out.retrievals = self._retrieval_row(ix, obs, s, res, sc, safe, nserved, fired, react, mem, changed, contra_ids)
+        out.retrievals = self._retrieval_row(ix, obs, s, res, sc, safe, fired, react, mem, changed, contra_ids)
         return Decided(query=query, target=target, mem=mem, tier=tier, nserved=nserved, novelty=novelty)
 
     def _query(self, obs: Observation, s: Sensed) -> np.ndarray:
@@ -458,24 +458,20 @@ class Mind:
         served slots with 0 where none, entries served per Golem)."""
         cfg, pop, c = self.cfg, self.pop, self.gr.cols
         slots = res.slots
-        served = slots >= 0
-        safe = np.where(served, slots, 0)
         tagged, val = res.tagged, res.valence   # = served & has_tag[safe], where(tagged, p[safe], 0)
-        guard = (pop.neg_share[ix] > cfg.retrieval.rumination_negative_share).all(axis=1)
+        ix = np.ascontiguousarray(ix, dtype=np.int64)
+        guard = kernels.rumination_guard(ix, pop.neg_share, float(cfg.retrieval.rumination_negative_share))
         rows, pos = rt.anti_rumination(slots, res.scores, val, res.pool, guard)
         fired = np.zeros(ix.size, dtype=bool)
         fired[rows] = True
         if rows.size:
             new = slots[rows, pos]   # replaces a served entry: only these cells change
-            safe[rows, pos] = new
             tagged[rows, pos] = c["has_tag"][new]
             val[rows, pos] = np.where(tagged[rows, pos], c["p"][new], 0.0)
             res.factors[rows, pos] = rt.served_factors(self.gr, new, query[rows], s.mood[rows], obs.now_ms, self.prm)
             out.events.append(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
                                            values=pop.neg_share[ix[rows]].mean(axis=1)))
-        nserved = served.sum(axis=1)
-        share = np.where(nserved > 0, ((val < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
-        pop.neg_share[ix] = np.concatenate([pop.neg_share[ix][:, 1:], share[:, None]], axis=1)
+        nserved, safe = kernels.rumination_window(ix, slots, val, pop.neg_share)   # this share joins the window
         return fired, safe, nserved
 
     def _memory_signal(self, ix: np.ndarray, s: Sensed, res: rt.RetrievalResult,
@@ -487,11 +483,9 @@ class Mind:
         contrarian section, which Golems had one pending)."""
         pop, c = self.pop, self.gr.cols
         slots, scores = res.slots, res.scores
-        has_out = (slots >= 0) & sc["has_outcome"]
-        wts = np.where(has_out, np.maximum(scores, 0.0) * sc["confidence"], 0.0)
-        outc = np.where(has_out, sc["outcome"], 0.0)
-        wsum = wts.sum(axis=1)
-        mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
+        # the served entries' own signal; their slots and outcome signs become the drivers
+        mem, wsum = kernels.memory_signal(np.ascontiguousarray(ix, dtype=np.int64), slots, scores, sc["has_outcome"],
+                                          sc["confidence"], sc["outcome"], pop.drove, pop.drove_sign)
         for i, rs in s.reflex.items():
             for slot in rs:
                 o = float(c["outcome"][slot]) if c["has_outcome"][slot] else float(np.sign(c["p"][slot]))
@@ -503,8 +497,6 @@ class Mind:
             w_x, o_x = contrarian.weigh(self, ix, slots, scores)
             tot = wsum + w_x.sum(axis=1)
             mem = np.where(pending & (tot > 0), (mem * wsum + (w_x * o_x).sum(axis=1)) / np.maximum(tot, 1e-12), mem)
-        pop.drove[ix] = np.where(has_out, slots, -1)
-        pop.drove_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
         return mem, mem_without, pending
 
     def _target(self, ix: np.ndarray, obs: Observation, s: Sensed, res: rt.RetrievalResult, sc: dict, mem: np.ndarray,
@@ -554,35 +546,30 @@ class Mind:
         return contra_ids
 
     def _retrieval_row(self, ix: np.ndarray, obs: Observation, s: Sensed, res: rt.RetrievalResult, sc: dict,
-                       safe: np.ndarray, nserved: np.ndarray, fired: np.ndarray, react: np.ndarray, mem: np.ndarray,
+                       safe: np.ndarray, fired: np.ndarray, react: np.ndarray, mem: np.ndarray,
                        changed: np.ndarray, contra_ids: list | None) -> dict:
         """The cohort's `retrievals` rows: what was served and why, against the pool it came from."""
         cfg, pop = self.cfg, self.pop
-        slots, scores, val = res.slots, res.scores, res.valence
-        served = slots >= 0
-        low_conf = served & (sc["confidence"] < cfg.confidence.low_flag) & (
-            sc["access_count"] >= cfg.confidence.low_flag_accesses)
-        ids = sc["id"]
+        slots = res.slots
         if cfg.retrieval.mode == "somatic_hdc":
             # factor 3 holds the HDC similarity here; mood congruence is measured with PAD cosine everywhere
             cu = s.mood / np.maximum(np.linalg.norm(s.mood, axis=1, keepdims=True), 1e-8)
             u = self.gr.unit_pad(safe)
-            pc = (u[..., 0] * cu[:, :1] + u[..., 1] * cu[:, 1:2] + u[..., 2] * cu[:, 2:3] + 1.0) / 2.0
-            served_emo = np.where(served, pc, 0.0)
+            emotional = (u[..., 0] * cu[:, :1] + u[..., 1] * cu[:, 1:2] + u[..., 2] * cu[:, 2:3] + 1.0) / 2.0
         else:
-            served_emo = np.where(served, res.factors[:, :, 3], 0.0)
+            emotional = res.factors[:, :, 3]
+        (ids, scores, shadow_ids, low_conf_ids, served_emo, served_val, n_react, pool_n, pool_emo,
+         pool_val) = kernels.served_summary(slots, res.scores, sc["id"], res.shadow, sc["shadow_id"], emotional,
+                                            res.valence, react, sc["confidence"], sc["access_count"],
+                                            float(cfg.confidence.low_flag), int(cfg.confidence.low_flag_accesses), res.pool)
         return dict(
             time_ms=np.full(ix.size, obs.now_ms, dtype=np.int64), golem_id=ix.copy(), tick=pop.tick[ix].copy(),
             query_p=s.mood[:, 0].copy(), query_a=s.mood[:, 1].copy(), query_d=s.mood[:, 2].copy(),
-            slots=slots, ids=np.where(served, ids, -1), scores=np.where(served, scores, np.nan),
-            factors=res.factors, shadow_ids=np.where(res.shadow >= 0, sc["shadow_id"], -1),
-            pool_n=res.pool[:, 0].astype(np.int64),
-            pool_mean_emotional=np.where(res.pool[:, 0] > 0, res.pool[:, 1] / np.maximum(res.pool[:, 0], 1), np.nan),
-            pool_mean_valence=np.where(res.pool[:, 0] > 0, res.pool[:, 2] / np.maximum(res.pool[:, 0], 1), np.nan),
-            served_mean_emotional=np.where(nserved > 0, served_emo.sum(axis=1) / np.maximum(nserved, 1), np.nan),
-            served_mean_valence=np.where(nserved > 0, val.sum(axis=1) / np.maximum(nserved, 1), np.nan),
-            valences=val, anti_rumination=fired, low_conf_ids=np.where(low_conf, ids, -1),
-            reactivated=react.sum(axis=1).astype(np.int64), memory_signal=mem, cache_served=s.pos_marker.copy(),
+            slots=slots, ids=ids, scores=scores, factors=res.factors, shadow_ids=shadow_ids,
+            pool_n=pool_n, pool_mean_emotional=pool_emo, pool_mean_valence=pool_val,
+            served_mean_emotional=served_emo, served_mean_valence=served_val,
+            valences=res.valence, anti_rumination=fired, low_conf_ids=low_conf_ids,
+            reactivated=n_react, memory_signal=mem, cache_served=s.pos_marker.copy(),
             contrarian_ids=contra_ids, contrarian_changed=changed)
 
     def context_topics(self, ix: np.ndarray, obs: Observation, s: Sensed) -> np.ndarray:
@@ -1226,23 +1213,6 @@ def event_entities(tokens: str, asset: int, protocols: tuple[str, ...]) -> list[
     counterparty its description names."""
     out = [f"protocol:{protocols[asset]}"] if 0 <= asset < len(protocols) else []
     return out + [f"counterparty:{m}" for m in _COUNTERPARTY.findall(tokens)]
-
-
-def reactivate(gr: gm.Grimoire, slots: np.ndarray, tagged: np.ndarray, semantic: np.ndarray, entry_topic: np.ndarray,
-               context_topics: np.ndarray, now_ms: int, cosine: float = 0.8) -> np.ndarray:
-    """Reactivation (SPEC §2.6) of served entries (Golems x k `slots`, -1 none): a tagged entry
-    whose semantic cosine with the current context is >= `cosine` and whose topic is one of the
-    context's (`Mind.context_topics`) is re-lived: reactivated, count + 1, last_reactivated_at =
-    now. Returns the (Golems x k) mask of the reactivated cells."""
-    sem = np.nan_to_num(semantic, nan=-1.0)
-    same_topic = (entry_topic[:, :, None] == context_topics[:, None, :]).any(axis=2)
-    react = tagged & (slots >= 0) & (sem >= cosine) & same_topic
-    rs = slots[react]          # distinct slots: a Golem's served entries are distinct, slabs disjoint
-    c = gr.cols
-    c["reactivated"][rs] = True
-    c["react_count"][rs] += 1
-    c["last_react_ms"][rs] = now_ms
-    return react
 
 
 def _sel(common: dict, mask) -> dict:

@@ -741,9 +741,151 @@ def served_valence(slots, has_tag, p):
     return tagged, val
 
 
+@njit(cache=True)
+def served_summary(slots, scores, ids, shadow, shadow_id, emotional, valence, react, confidence, access_count,
+                   low_flag, low_flag_accesses, pool):
+    """The per-Golem columns of a `retrievals` row from the served cells, as the array expressions
+    give them: ids (-1 where none), scores (NaN where none), shadow ids (-1), the low-confidence ids
+    (confidence < low_flag in float32, as numpy compares a float32 column with a Python float, after
+    at least low_flag_accesses accesses; -1 elsewhere), the means of the served emotional factors
+    and valences (NaN without any; float64 and float32 row sums in numpy's order, `np_sum`), the
+    reactivated count, the pool's size and its means."""
+    b, k = slots.shape
+    o_ids = np.empty((b, k), ids.dtype)
+    o_scores = np.empty((b, k))
+    o_shadow = np.empty((b, k), shadow_id.dtype)
+    o_low = np.empty((b, k), ids.dtype)
+    emo_mean, val_mean = np.empty(b), np.empty(b)
+    pool_n = np.empty(b, np.int64)
+    pool_emo, pool_val = np.empty(b), np.empty(b)
+    n_react = np.empty(b, np.int64)
+    e = np.empty(k)
+    v = np.empty(k, valence.dtype)
+    low32 = np.float32(low_flag)
+    for i in range(b):
+        n, nr = 0, 0
+        for r in range(k):
+            served = slots[i, r] >= 0
+            o_ids[i, r] = ids[i, r] if served else -1
+            o_scores[i, r] = scores[i, r] if served else np.nan
+            o_shadow[i, r] = shadow_id[i, r] if shadow[i, r] >= 0 else -1
+            low = served and confidence[i, r] < low32 and access_count[i, r] >= low_flag_accesses
+            o_low[i, r] = ids[i, r] if low else -1
+            e[r] = emotional[i, r] if served else 0.0
+            v[r] = valence[i, r]
+            n += served
+            nr += react[i, r]
+        emo_mean[i] = np_sum(e, 0, k, 0.0) / np.float64(n) if n > 0 else np.nan
+        val_mean[i] = np.float64(np_sum(v, 0, k, np.float32(0.0))) / np.float64(n) if n > 0 else np.nan
+        n_react[i] = nr
+        pn = pool[i, POOL_N]
+        pool_n[i] = np.int64(pn)
+        pool_emo[i] = pool[i, POOL_SUM_EMO] / max(pn, 1.0) if pn > 0 else np.nan
+        pool_val[i] = pool[i, POOL_SUM_VAL] / max(pn, 1.0) if pn > 0 else np.nan
+    return o_ids, o_scores, o_shadow, o_low, emo_mean, val_mean, n_react, pool_n, pool_emo, pool_val
+
+
+@njit(cache=True)
+def memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove, drove_sign):
+    """What the served entries with an outcome say (before the reflexes and the contrarian
+    section): weights max(score, 0) x confidence, the signal sum(w x outcome) / sum(w) (0 without
+    weight), each row summed as numpy sums it (`np_sum`), so the same bits as the array
+    expressions. Returns (signal, weight sums) and writes the drivers: drove[ix] = the slots with
+    an outcome (-1 elsewhere), drove_sign[ix] = their outcomes' signs."""
+    b, k = slots.shape
+    w = np.empty(k)
+    wo = np.empty(k)
+    mem = np.empty(b)
+    wsum = np.empty(b)
+    for i in range(b):
+        g = ix[i]
+        for r in range(k):
+            s = slots[i, r]
+            if s >= 0 and has_outcome[i, r]:
+                x = scores[i, r]
+                o = outcome[i, r]
+                w[r] = (x if x >= 0.0 or np.isnan(x) else 0.0) * np.float64(confidence[i, r])
+                wo[r] = w[r] * np.float64(o)
+                drove[g, r] = s
+                drove_sign[g, r] = 1 if o > 0 else (-1 if o < 0 else 0)
+            else:
+                w[r], wo[r] = 0.0, 0.0
+                drove[g, r], drove_sign[g, r] = -1, 0
+        ws = np_sum(w, 0, k, 0.0)
+        wsum[i] = ws
+        mem[i] = np_sum(wo, 0, k, 0.0) / max(ws, 1e-12) if ws > 0 else 0.0
+    return mem, wsum
+
+
+@njit(cache=True)
+def rumination_guard(ix, neg_share, threshold):
+    """Which Golems `ix` guard against rumination (SPEC §4.3): every share of negative entries in
+    their window (a row of `neg_share`) above `threshold`; numpy's `(neg_share[ix] > t).all(axis=1)`."""
+    guard = np.empty(ix.size, np.bool_)
+    for i in range(ix.size):
+        g = True
+        for x in neg_share[ix[i]]:
+            g = g and x > threshold
+        guard[i] = g
+    return guard
+
+
+@njit(cache=True)
+def anti_rumination(slots, scores, valence, pool, guard):
+    """`retrieval.anti_rumination`'s replacement, row by row: for each guarded row with a served
+    entry, none of them non-negative, and a non-negative best in its pool, that entry (its id as
+    the pool's float, truncated) and score take the last served position. Returns (rows, positions)."""
+    b, k = slots.shape
+    rows = np.empty(b, np.int64)
+    pos = np.empty(b, np.int64)
+    n = 0
+    for i in range(b):
+        best = np.int64(pool[i, POOL_BEST_NONNEG])
+        if not guard[i] or best < 0:
+            continue
+        last, nonneg = -1, False
+        for r in range(k):
+            if slots[i, r] >= 0:
+                last = r
+                nonneg = nonneg or valence[i, r] >= 0
+        if last < 0 or nonneg:
+            continue
+        slots[i, last] = best
+        scores[i, last] = pool[i, POOL_BEST_NONNEG_SCORE]
+        rows[n], pos[n] = i, last
+        n += 1
+    return rows[:n].copy(), pos[:n].copy()
+
+
+@njit(cache=True)
+def rumination_window(ix, slots, valence, neg_share):
+    """After anti-rumination: entries served per row, the served slots with 0 where none, and this
+    retrieval's share of negative served entries (0 without any) appended to each Golem's window
+    (a row of `neg_share`, oldest dropped), as the numpy expressions compute them."""
+    b, k = slots.shape
+    w = neg_share.shape[1]
+    nserved = np.empty(b, np.int64)
+    safe = np.empty((b, k), np.int64)
+    for i in range(b):
+        n, neg = 0, 0
+        for r in range(k):
+            s = slots[i, r]
+            safe[i, r] = s if s >= 0 else 0
+            if s >= 0:
+                n += 1
+                neg += valence[i, r] < 0
+        nserved[i] = n
+        row = neg_share[ix[i]]
+        for j in range(w - 1):
+            row[j] = row[j + 1]
+        row[w - 1] = np.float64(neg) / np.float64(n) if n > 0 else 0.0
+    return nserved, safe
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count, acted_lo, acted_hi,
-                  ids, topic, has_outcome, confidence, outcome):
+                  ids, topic, has_outcome, confidence, outcome,
+                  tagged, factors, context_topics, cosine, reactivated, react_count, last_react_ms):
     """What a recall does to the served entries, and the columns `decide` reads of them.
 
     For every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so no two
@@ -756,6 +898,11 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     slots (max(shadow, 0)). A served
     slot's touch and reads come together, while its cache lines are in.
 
+    Reactivation (SPEC §2.6) in the same pass: a served cell that is tagged, whose semantic factor
+    (factors[i, r, 0], NaN counted as -1) is >= `cosine` and whose entry's topic is one of row i of
+    `context_topics` is re-lived: reactivated[s] = True, react_count[s] + 1, last_react_ms[s] =
+    now. The last output is that (Golems x k) mask.
+
     The served entries lie anywhere in their slabs and are out of cache after the scan, so
     every numpy gather or scatter of them is mostly cache misses, waited for one array after the
     other; here they are issued together, on numba's threads."""
@@ -767,6 +914,8 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     o_out = np.empty((b, k), outcome.dtype)
     o_acc = np.empty((b, k), access_count.dtype)
     o_shadow = np.empty((b, k), ids.dtype)
+    o_react = np.zeros((b, k), np.bool_)
+    n_topics = context_topics.shape[1]
     ring = acted_lo.shape[1]
     now_lo = np.uint32(now_ms & 0xFFFFFFFF)
     now_hi = np.uint16(now_ms >> 32)
@@ -788,6 +937,16 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
             o_conf[i, r] = confidence[s]
             o_out[i, r] = outcome[s]
             o_acc[i, r] = access_count[s]
+            sem = factors[i, r, 0]
+            if tagged[i, r] and (-1.0 if np.isnan(sem) else sem) >= cosine:
+                t = topic[s]
+                for j in range(n_topics):
+                    if context_topics[i, j] == t:
+                        reactivated[s] = True
+                        react_count[s] += 1
+                        last_react_ms[s] = now_ms
+                        o_react[i, r] = True
+                        break
     for i in range(b):      # empty cells read slot 0, once every touch is done
         for r in range(k):
             if slots[i, r] < 0:
@@ -797,7 +956,7 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
                 o_conf[i, r] = confidence[0]
                 o_out[i, r] = outcome[0]
                 o_acc[i, r] = access_count[0]
-    return o_id, o_topic, o_has_out, o_conf, o_out, o_acc, o_shadow
+    return o_id, o_topic, o_has_out, o_conf, o_out, o_acc, o_shadow, o_react
 
 
 @njit(cache=True, error_model="numpy")

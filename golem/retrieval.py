@@ -215,18 +215,32 @@ def served_valence(gr: Grimoire, slots: np.ndarray) -> tuple[np.ndarray, np.ndar
 SERVED_COLUMNS = ("id", "topic", "has_outcome", "confidence", "outcome", "access_count")
 
 
-def recall(gr: Grimoire, slots: np.ndarray, shadow: np.ndarray, now_ms: int) -> dict[str, np.ndarray]:
+def recall(gr: Grimoire, slots: np.ndarray, shadow: np.ndarray, now_ms: int, tagged: np.ndarray | None = None,
+           factors: np.ndarray | None = None, context_topics: np.ndarray | None = None,
+           cosine: float = 0.8) -> dict[str, np.ndarray]:
     """The served entries' bookkeeping for a decision (recall renews: last_access = now,
     access_count + 1; and they drive it: acted_on_count + 1, now into the act-time ring) and their columns
     after it: `gr.cols[name][safe]` for each of `SERVED_COLUMNS` (safe = the slot, 0 where none;
-    the caller masks) and "shadow_id", the id at each shadow slot. One threaded pass each
-    (`kernels.recall_served`)."""
+    the caller masks) and "shadow_id", the id at each shadow slot. With the served cells' tag
+    flags, their factors (Golems x k x 4) and the context's topics (Golems x topics,
+    `Mind.context_topics`), it also re-lives the served entries that match (reactivation, SPEC
+    §2.6: tagged, semantic factor >= `cosine`, topic among the context's; reactivated,
+    react_count + 1, last_react_ms = now) and "reactivated" is that (Golems x k) mask; without
+    them nothing is re-lived. One threaded pass over the served cells (`kernels.recall_served`):
+    they are cache misses after the scan, so their reads and writes are issued together."""
     c = gr.cols
-    got = kernels.recall_served(np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(shadow, dtype=np.int64),
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    if context_topics is None:
+        tagged, factors = np.zeros(slots.shape, dtype=bool), np.full(slots.shape + (1,), np.nan)
+        context_topics = np.empty((slots.shape[0], 0), dtype=np.int64)
+    got = kernels.recall_served(slots, np.ascontiguousarray(shadow, dtype=np.int64),
                                 np.int64(now_ms), c["last_access_ms"], c["access_count"], c["acted_on_count"],
                                 gr.acted_lo, gr.acted_hi,
-                                *(c[name] for name in SERVED_COLUMNS[:-1]))   # access_count is above
-    return dict(zip(SERVED_COLUMNS + ("shadow_id",), got))   # the kernel returns them in this order
+                                *(c[name] for name in SERVED_COLUMNS[:-1]),   # access_count is above
+                                np.ascontiguousarray(tagged, dtype=np.bool_), np.asarray(factors, dtype=np.float64),
+                                np.ascontiguousarray(context_topics, dtype=np.int64), float(cosine),
+                                c["reactivated"], c["react_count"], c["last_react_ms"])
+    return dict(zip(SERVED_COLUMNS + ("shadow_id", "reactivated"), got))   # the kernel returns them in this order
 
 
 def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, pool: np.ndarray,
@@ -235,15 +249,9 @@ def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, 
 
     For each guarded row whose served entries are all negative and whose pool has a non-negative
     entry, that entry takes the last served position (in place). Returns (rows, positions) changed.
-    The entry is never already served (it is non-negative, every served one negative).
-    """
-    served = slots >= 0
-    best = pool[:, kernels.POOL_BEST_NONNEG].astype(np.int64)
-    rows = np.flatnonzero(guard & served.any(axis=1) & (best >= 0) & ~(served & (valence >= 0)).any(axis=1))
-    pos = slots.shape[1] - 1 - np.argmax(served[rows, ::-1], axis=1)
-    slots[rows, pos] = best[rows]
-    scores[rows, pos] = pool[rows, kernels.POOL_BEST_NONNEG_SCORE]
-    return rows, pos
+    The entry is never already served (it is non-negative, every served one negative). One pass
+    over the rows (`kernels.anti_rumination`)."""
+    return kernels.anti_rumination(slots, scores, valence, pool, np.ascontiguousarray(guard, dtype=np.bool_))
 
 
 __all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",

@@ -371,18 +371,35 @@ def test_served_factors_are_entry_factors_bit_for_bit(arena, prm, seed):
         assert got[i].tolist() == [sem, prm.temporal_base ** hours, imp, emo]
 
 
+def _numpy_reactivate(cols: dict, slots, tagged, semantic, entry_topic, context_topics, now_ms, cosine):
+    """Reactivation (SPEC §2.6) as array expressions, the reference of `recall`'s pass: served,
+    tagged, semantic factor (NaN as -1) >= cosine, the entry's topic among the context's."""
+    sem = np.nan_to_num(semantic, nan=-1.0)
+    same_topic = (entry_topic[:, :, None] == context_topics[:, None, :]).any(axis=2)
+    react = tagged & (slots >= 0) & (sem >= cosine) & same_topic
+    rs = slots[react]
+    cols["reactivated"][rs] = True
+    cols["react_count"][rs] += 1
+    cols["last_react_ms"][rs] = now_ms
+    return react
+
+
 @FAST
 @given(arenas(), params, st.integers(0, 2**32 - 1), st.booleans())
 def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one):
     """decide's one-pass recall = numpy: last_access = now and access_count, acted_on_count + 1 at
     every served slot, now at acted_on_count - 1 (mod the ring) of its act-time ring, then
     column[safe] for each served column (safe = the slot, 0 where none) in the column's dtype and
-    the ids at the shadow slots."""
+    the ids at the shadow slots; and it re-lives the cells `_numpy_reactivate` does (NaN semantic
+    factors, topics that match and not, a react_count at int16's top), or none without a context."""
     gr, q, pad = arena
     rng = np.random.default_rng(seed)
     c = gr.cols
     n = c["id"].size
-    c["topic"][:] = rng.integers(-2**31, 2**31 - 1, n)
+    c["topic"][:] = rng.integers(-2**31, 2**31 - 1, n) if replace_one else rng.integers(-2, 4, n)
+    c["reactivated"][:] = rng.uniform(size=n) < 0.3
+    c["react_count"][:] = rng.choice(np.array([0, 5, 32767], np.int16), n)
+    c["last_react_ms"][:] = rng.integers(-1, NOW, n)
     c["has_outcome"][:] = rng.uniform(size=n) < 0.5
     c["outcome"][:] = rng.standard_normal(n)
     for name in ("access_count", "acted_on_count"):
@@ -401,7 +418,20 @@ def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one
     acts = (gr.acted_hi.astype(np.int64) << 32) | gr.acted_lo
     now = NOW + 7 + (int(rng.integers(0, 2**16)) << 32)    # high bits too
     acts[s, (want["acted_on_count"][s] - 1) % acts.shape[1]] = now    # the act's time, at its place in the ring
-    got = rt.recall(gr, slots, res.shadow, now)
+    with_context = bool(rng.integers(0, 4))
+    tagged = rng.uniform(size=slots.shape) < 0.6
+    factors = res.factors.copy()
+    factors[..., 0] = np.where(rng.uniform(size=slots.shape) < 0.2, np.nan, rng.uniform(-1, 1, slots.shape))
+    topics = rng.integers(-2, 4, (slots.shape[0], int(rng.integers(0, 6))))
+    cosine = float(rng.choice([0.8, 0.0, -1.0, -2.0]))
+    if with_context:
+        got = rt.recall(gr, slots, res.shadow, now, tagged, factors, topics, cosine)
+        want_react = _numpy_reactivate(want, slots, tagged, factors[:, :, 0], want["topic"][np.where(slots >= 0, slots, 0)],
+                                       topics, now, cosine)
+    else:
+        got = rt.recall(gr, slots, res.shadow, now)
+        want_react = np.zeros(slots.shape, dtype=bool)
+    np.testing.assert_array_equal(got["reactivated"], want_react)
     want["last_access_ms"][s] = now
     for name in want:
         np.testing.assert_array_equal(c[name], want[name], err_msg=name)
@@ -527,3 +557,115 @@ def test_validate_drivers_is_the_numpy_update(seed, golems, k):
     want[s[still]] = np.clip(want[s[still]] + delta.astype(np.float32), 0.0, 1.0)
     kernels.validate_drivers(drove, drove_sign, sgn, ids, conf, 0.1, 0.2)
     np.testing.assert_array_equal(conf, want)
+
+
+def _numpy_anti_rumination(slots, scores, valence, pool, guard, neg_share, ix):
+    """SPEC §4.3 as the array expressions: the replacement, then the served counts, the safe slots
+    and the window with this retrieval's negative share appended (the kernels' reference)."""
+    served = slots >= 0
+    best = pool[:, kernels.POOL_BEST_NONNEG].astype(np.int64)
+    rows = np.flatnonzero(guard & served.any(axis=1) & (best >= 0) & ~(served & (valence >= 0)).any(axis=1))
+    pos = slots.shape[1] - 1 - np.argmax(served[rows, ::-1], axis=1)
+    slots[rows, pos] = best[rows]
+    scores[rows, pos] = pool[rows, kernels.POOL_BEST_NONNEG_SCORE]
+    served = slots >= 0
+    nserved = served.sum(axis=1)
+    share = np.where(nserved > 0, ((valence < 0) & served).sum(axis=1) / np.maximum(nserved, 1), 0.0)
+    neg_share[ix] = np.concatenate([neg_share[ix][:, 1:], share[:, None]], axis=1)
+    return rows, pos, nserved, np.where(served, slots, 0)
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 8), st.integers(1, 5))
+def test_anti_rumination_kernels_are_the_numpy_expressions(seed, golems, k, window):
+    """The guard, the replacement and the window (decide's anti-rumination in three passes) = the
+    array expressions bit for bit: rows with nothing served, all negative, a non-negative one, no
+    non-negative entry in the pool; shares at and around the threshold; a cohort that is a subset
+    of the population in any order."""
+    rng = np.random.default_rng(seed)
+    n = golems + int(rng.integers(0, 5))
+    ix = rng.permutation(n)[:golems].astype(np.int64)
+    thr = float(rng.choice([0.0, 0.5, 0.7]))
+    neg_share = rng.choice([0.0, 0.5, 0.6, 0.7, 0.71, 1.0, 1 / 3], (n, window))
+    slots = rng.integers(0, 10_000, (golems, k))
+    slots[rng.uniform(size=slots.shape) < rng.choice([0.0, 0.3, 1.0])] = -1
+    valence = np.where(rng.uniform(size=slots.shape) < 0.7, -rng.uniform(0, 1, slots.shape), rng.choice([0.0, 0.4], slots.shape))
+    valence = np.where(slots >= 0, valence, 0.0).astype(np.float32)
+    scores = rng.uniform(size=slots.shape)
+    pool = rng.uniform(size=(golems, kernels.POOL_COLUMNS))
+    pool[:, kernels.POOL_BEST_NONNEG] = np.where(rng.uniform(size=golems) < 0.2, -1.0, rng.integers(0, 10_000, golems))
+    guard = kernels.rumination_guard(ix, neg_share, thr)
+    np.testing.assert_array_equal(guard, (neg_share[ix] > thr).all(axis=1))
+    want_slots, want_scores, want_neg = slots.copy(), scores.copy(), neg_share.copy()
+    want = _numpy_anti_rumination(want_slots, want_scores, valence, pool, guard, want_neg, ix)
+    rows, pos = rt.anti_rumination(slots, scores, valence, pool, guard)
+    nserved, safe = kernels.rumination_window(ix, slots, valence, neg_share)
+    for got, exp in zip((rows, pos, nserved, safe, slots, scores, neg_share), want + (want_slots, want_scores, want_neg)):
+        assert got.dtype == exp.dtype and got.shape == exp.shape
+        assert got.tobytes() == exp.tobytes()
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1), st.integers(1, 20), st.integers(1, 40))
+def test_memory_signal_is_the_numpy_expressions(seed, golems, k):
+    """decide's memory signal in one pass = the array expressions bit for bit (rows of up to 40
+    served entries: numpy's pairwise sums past 8), and the drivers it leaves: slots with an
+    outcome, their outcomes' signs (zero and negative zero outcomes, negative and NaN scores)."""
+    rng = np.random.default_rng(seed)
+    n = golems + int(rng.integers(0, 4))
+    ix = rng.permutation(n)[:golems].astype(np.int64)
+    slots = np.where(rng.uniform(size=(golems, k)) < 0.2, -1, rng.integers(0, 10_000, (golems, k)))
+    scores = rng.choice([-0.3, 0.0, 0.2, 0.7, np.nan, 1e-300], (golems, k)) * rng.uniform(0.5, 1.5, (golems, k))
+    has_outcome = rng.uniform(size=(golems, k)) < 0.6
+    confidence = rng.choice([0.0, 0.1, 0.5, 1.0, 0.3], (golems, k)).astype(np.float32)
+    outcome = (rng.choice([-1.0, 0.0, -0.0, 1.0], (golems, k)) * rng.uniform(0, 2, (golems, k))).astype(np.float32)
+    drove, drove_sign = np.full((n, k), 7, np.int64), np.full((n, k), 5, np.int8)
+    has_out = (slots >= 0) & has_outcome
+    wts = np.where(has_out, np.maximum(scores, 0.0) * confidence, 0.0)
+    outc = np.where(has_out, outcome, 0.0)
+    wsum = wts.sum(axis=1)
+    mem = np.where(wsum > 0, (wts * outc).sum(axis=1) / np.maximum(wsum, 1e-12), 0.0)
+    want_drove, want_sign = drove.copy(), drove_sign.copy()
+    want_drove[ix] = np.where(has_out, slots, -1)
+    want_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
+    got_mem, got_wsum = kernels.memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove, drove_sign)
+    assert got_wsum.tobytes() == wsum.tobytes() and got_mem.tobytes() == mem.tobytes()   # zeros' signs too
+    np.testing.assert_array_equal(drove, want_drove)
+    np.testing.assert_array_equal(drove_sign, want_sign)
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1), st.integers(1, 20), st.integers(1, 40), st.sampled_from([0.3, 0.7, 0.0, 1.0]))
+def test_served_summary_is_the_numpy_expressions(seed, golems, k, low_flag):
+    """A `retrievals` row's served columns in one pass = the array expressions bit for bit: masked
+    ids, scores and shadow ids, the low-confidence flag as numpy compares float32 with a Python float
+    (0.7 rounds down in float32: a confidence of float32(0.7) is below it there), the served means
+    (float64 and float32 pairwise sums), the reactivated count and the pool's means."""
+    rng = np.random.default_rng(seed)
+    slots = np.where(rng.uniform(size=(golems, k)) < rng.choice([0.0, 0.3, 1.0]), -1, rng.integers(0, 9_999, (golems, k)))
+    served = slots >= 0
+    scores = rng.uniform(-1, 1, (golems, k))
+    ids = np.where(served, rng.integers(0, 10**9, (golems, k)), 123)
+    shadow = np.where(rng.uniform(size=(golems, k)) < 0.3, -1, rng.integers(0, 9_999, (golems, k)))
+    shadow_id = rng.integers(0, 10**9, (golems, k))
+    factors = rng.uniform(0, 1, (golems, k, 4))
+    valence = np.where(served & (rng.uniform(size=(golems, k)) < 0.5), rng.uniform(-1, 1, (golems, k)), 0.0).astype(np.float32)
+    react = served & (rng.uniform(size=(golems, k)) < 0.2)
+    confidence = rng.choice(np.array([0.0, 0.3, 0.7, 0.69, 1.0], np.float32), (golems, k))
+    access_count = rng.integers(0, 6, (golems, k)).astype(np.int32)
+    pool = rng.uniform(0, 5, (golems, kernels.POOL_COLUMNS))
+    pool[:, kernels.POOL_N] = rng.choice([0.0, 1.0, 3.0, 40.0], golems)
+    got = kernels.served_summary(slots, scores, ids, shadow, shadow_id, factors[:, :, 3], valence, react, confidence,
+                                 access_count, low_flag, 3, pool)
+    nserved = served.sum(axis=1)
+    low_conf = served & (confidence < low_flag) & (access_count >= 3)
+    want = (np.where(served, ids, -1), np.where(served, scores, np.nan), np.where(shadow >= 0, shadow_id, -1),
+            np.where(low_conf, ids, -1),
+            np.where(nserved > 0, np.where(served, factors[:, :, 3], 0.0).sum(axis=1) / np.maximum(nserved, 1), np.nan),
+            np.where(nserved > 0, valence.sum(axis=1) / np.maximum(nserved, 1), np.nan),
+            react.sum(axis=1).astype(np.int64), pool[:, 0].astype(np.int64),
+            np.where(pool[:, 0] > 0, pool[:, 1] / np.maximum(pool[:, 0], 1), np.nan),
+            np.where(pool[:, 0] > 0, pool[:, 2] / np.maximum(pool[:, 0], 1), np.nan))
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, i
+        assert g.tobytes() == w.tobytes(), i
