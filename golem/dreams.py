@@ -8,6 +8,7 @@ scales every importance down and restores the salient (>= 0.7) ones.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from golem.grimoire import ARCHIVED, DAY_MS, Grimoire
 
@@ -19,36 +20,31 @@ def rem_depotentiate(arousal: float | np.ndarray, cycles: int = 1):
     return arousal * REM_FACTOR ** cycles
 
 
-def intensity_now(gr: Grimoire, slots: np.ndarray, now_ms: int, half_life_days: float, boost: float) -> np.ndarray:
-    c = gr.cols
-    h = half_life_days * DAY_MS
-    base = c["i0"][slots] * 2.0 ** (-(now_ms - c["created_ms"][slots]) / h)
-    lr = c["last_react_ms"][slots]
-    bo = np.where(c["reactivated"][slots] & (lr >= 0), boost * 2.0 ** (-(now_ms - lr) / h), 0.0)
-    return np.where(c["has_tag"][slots], np.minimum(1.0, base + bo), 0.0)
-
-
 def select_replay(gr: Grimoire, golems: np.ndarray, now_ms: int, budget: int, half_life_days: float = 3.0,
                   boost: float = 0.3, score_fn=None) -> np.ndarray:
     """NREM selection, one row per Golem: the top `budget` live entries of its slab by
     intensity_at(now) x importance (ties: slot), or by `score_fn(slots)` (HDC similarity to a
-    high-arousal prototype under somatic_hdc); -1 pads a slab with fewer live entries."""
+    high-arousal prototype under somatic_hdc); -1 pads a slab with fewer live entries.
+
+    By intensity x importance it is one pass over each slab (`_replay_rows`): each score with the
+    scalar formula's bits (`pad.emotional_intensity_at`) and a sorted list of the best `budget` so far."""
     c = gr.cols
-    golems = np.asarray(golems, dtype=np.int64)
-    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
-    live = gr.live_rows(golems) & (c["status"][slots] != ARCHIVED)
-    if score_fn is None:
-        scores = intensity_now(gr, slots, now_ms, half_life_days, boost) * c["importance"][slots]
-    else:   # fingerprints are large (1.25 KB an entry): slab by slab
-        scores = np.zeros(slots.shape)
-        for i in range(golems.size):
-            scores[i, live[i]] = score_fn(slots[i, live[i]])
-    # rank by (-score, slot); the dead slots last (every live score is >= 0). The top k of a row:
-    # every key below its k-th smallest, then ties at the k-th in slot order (no full sort)
-    key = np.where(live, -scores, np.inf)
+    golems = np.ascontiguousarray(golems, dtype=np.int64)
     k = min(budget, gr.capacity)
     if k <= 0:
         return np.zeros((golems.size, 0), dtype=np.int64)
+    if score_fn is None:
+        return _replay_rows(golems, gr.capacity, gr.count, c["id"], c["status"], c["i0"], c["created_ms"],
+                            c["last_react_ms"], c["reactivated"], c["has_tag"], c["importance"], np.int64(now_ms),
+                            half_life_days * DAY_MS, float(boost), k, 2.0)
+    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
+    live = gr.live_rows(golems) & (c["status"][slots] != ARCHIVED)
+    scores = np.zeros(slots.shape)   # fingerprints are large (1.25 KB an entry): slab by slab
+    for i in range(golems.size):
+        scores[i, live[i]] = score_fn(slots[i, live[i]])
+    # rank by (-score, slot); the dead slots last (every live score is >= 0). The top k of a row:
+    # every key below its k-th smallest, then ties at the k-th in slot order (no full sort)
+    key = np.where(live, -scores, np.inf)
     kth = np.partition(key, k - 1, axis=1)[:, k - 1:k]
     below = key < kth
     tie = key == kth
@@ -56,6 +52,44 @@ def select_replay(gr: Grimoire, golems: np.ndarray, now_ms: int, budget: int, ha
     col = np.nonzero(top)[1].reshape(-1, k)                  # k per row, in slot order
     order = np.take_along_axis(col, np.argsort(np.take_along_axis(key, col, axis=1), axis=1, kind="stable"), axis=1)
     return np.where(np.take_along_axis(live, order, axis=1), np.take_along_axis(slots, order, axis=1), -1)
+
+
+@njit(cache=True, inline="always")
+def _charge(i0, created_ms, reactivated, last_react_ms, now_ms, h, boost, two):
+    """`pad.emotional_intensity_at` in a kernel, its bits (a reactivation time < 0 is none)."""
+    x = np.float64(i0) * two ** (-(now_ms - created_ms) / h)
+    x = x + (boost * two ** (-(now_ms - last_react_ms) / h) if reactivated and last_react_ms >= 0 else 0.0)
+    return x if x < 1.0 else 1.0           # Python's min(1.0, x)
+
+
+@njit(cache=True)
+def _replay_rows(golems, cap, count, ids, status, i0, created_ms, last_react_ms, reactivated, has_tag, importance,
+                 now_ms, h, boost, k, two):
+    """`select_replay` by intensity x importance: per slab, the live entries (below the count,
+    with an id, not archived) keyed by -score, the first k by (key, slot), -1 after the live ones.
+    The intensity is `pad.emotional_intensity_at`'s bits (0 untagged): libm's pow as Python's `**`,
+    not numpy's SIMD pow, which differs in the last bit for a few % of ages; `two` is 2.0 passed
+    in, so that LLVM keeps pow(2, x) a pow instead of making it exp2."""
+    out = np.full((golems.size, k), -1, np.int64)
+    keys = np.empty(k)
+    for r in range(golems.size):
+        base = golems[r] * cap
+        n = 0
+        for j in range(count[golems[r]]):
+            s = base + j
+            if ids[s] < 0 or status[s] == ARCHIVED:
+                continue
+            charge = _charge(i0[s], created_ms[s], reactivated[s], last_react_ms[s], now_ms, h, boost, two) if has_tag[s] else 0.0
+            key = -(charge * np.float64(importance[s]))
+            if n == k and not key < keys[k - 1]:
+                continue                                 # an earlier slot keeps a tie
+            p = n if n < k else k - 1
+            while p > 0 and key < keys[p - 1]:
+                keys[p], out[r, p] = keys[p - 1], out[r, p - 1]
+                p -= 1
+            keys[p], out[r, p] = key, s
+            n = min(n + 1, k)
+    return out
 
 
 def dream(gr: Grimoire, g: int, now_ms: int, cfg, score_fn=None) -> dict:

@@ -1005,6 +1005,8 @@ def np_sum(a, lo, n, zero):
     when cached and called from another kernel). numba's cache does not notice a change here in
     its callers of other modules (the curator's, the appraisal's); that is harmless as long as it
     stays correct, since every correct version gives numpy's bits."""
+    if n <= 128:                                # one block, the common case: no stack to allocate
+        return zero + _block_sum(a, lo, n, zero)
     los = np.empty(64, dtype=np.int64)
     ns = np.empty(64, dtype=np.int64)
     stage = np.zeros(64, dtype=np.int8)
