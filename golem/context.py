@@ -46,12 +46,18 @@ class Lexicon:
         return (WEIGHTS["asset"] * self.token(f"asset:{asset}") + WEIGHTS["regime"] * self.token(f"regime:{regime}")
                 + WEIGHTS["ret"] * self.token(f"ret:{ret_bucket}") + WEIGHTS["vol"] * self.token(f"vol:{vol_bucket}"))
 
+    @staticmethod
+    def context_keys(asset_idx: np.ndarray, regime: np.ndarray, ret: np.ndarray, vol_ratio: np.ndarray) -> np.ndarray:
+        """The integer key of each base context: asset, regime, move bucket, volatility bucket."""
+        return ((np.asarray(asset_idx).astype(np.int64) * 64 + regime) * 32 + (ret_bucket(ret) + RET_MAX)) * 16 + (
+            vol_bucket(vol_ratio) + 4)
+
     def contexts(self, assets: list[str], asset_idx: np.ndarray, regime_names: list[str], regime: np.ndarray,
                  ret: np.ndarray, vol_ratio: np.ndarray) -> np.ndarray:
         """Base-context vectors (not normalised) for a cohort, cached by their integer key."""
         rb = ret_bucket(ret)
         vb = vol_bucket(vol_ratio)
-        key = ((asset_idx.astype(np.int64) * 64 + regime) * 32 + (rb + RET_MAX)) * 16 + (vb + 4)
+        key = self.context_keys(asset_idx, regime, ret, vol_ratio)
         uniq, inv = np.unique(key, return_inverse=True)
         out = np.empty((uniq.size, self.dim))
         for i, k in enumerate(uniq):

@@ -428,12 +428,22 @@ class Mind:
 
     def _query(self, obs: Observation, s: Sensed) -> np.ndarray:
         """The context embedding: asset, regime, move and volatility, plus a token for each kind of
-        event the Golem sees (in sorted order)."""
-        base = self.lex.contexts(list(self.assets), s.asset, list(self.regime_names), s.regime, s.ret, s.vol_ratio)
-        for kind in sorted({k for k, _, _ in obs.events}):
-            rows = obs.seeing((kind,))
+        event the Golem sees (in sorted order). Golems of one context key that see the same kinds
+        have the same vector: each distinct one is built and normalised once, then gathered (the
+        same bits, as every row's arithmetic is its own)."""
+        kinds = sorted({k for k, _, _ in obs.events})
+        key = self.lex.context_keys(s.asset, s.regime, s.ret, s.vol_ratio)
+        seen = np.stack([obs.seeing((kind,)) for kind in kinds], axis=1) if kinds else np.zeros((key.size, 0), bool)
+        code = key
+        for j in range(len(kinds)):      # (code, seen) pairs renumbered after each kind: no overflow
+            code = np.unique(code * 2 + seen[:, j], return_inverse=True)[1]
+        _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        base = self.lex.contexts(list(self.assets), s.asset[first], list(self.regime_names), s.regime[first],
+                                 s.ret[first], s.vol_ratio[first])
+        for j, kind in enumerate(kinds):
+            rows = seen[first, j]
             base[rows] = self.lex.with_tokens(base[rows], [f"event:{kind}"], 1.5)
-        return normalise(base)
+        return normalise(base)[inv.ravel()]
 
     def _recall(self, ix: np.ndarray, obs: Observation, s: Sensed, query: np.ndarray) -> rt.RetrievalResult:
         """One batched retrieval for the cohort, by retrieval.mode and retrieval.profile: HDC

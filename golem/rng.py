@@ -3,11 +3,13 @@ batching and population size never shift anyone's randomness (SplitMix64 finalis
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 _M = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's step: the golden-ratio increment, then its finaliser (modulo 2^64)."""
     with np.errstate(over="ignore"):
         z = (z + np.uint64(0x9E3779B97F4A7C15)) & _M
         z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _M
@@ -15,11 +17,28 @@ def _mix(z: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+@njit(cache=True, inline="always")
+def _mix1(z):
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def _uniforms(seed, a, b, stream, out):
+    """out[i] = the draw of (a[i], b[i]): `_mix` in uint64 (wrapping), the top 53 bits over 2^53."""
+    z0 = _mix1(seed)
+    for i in range(out.size):
+        z = _mix1(_mix1(_mix1(z0 ^ a[i]) ^ b[i]) ^ stream)
+        out[i] = np.float64(z >> np.uint64(11)) / 9007199254740992.0
+
+
 def uniform(seed: int, a, b, stream: int) -> np.ndarray:
-    """Uniforms in [0, 1) for arrays a (e.g. golem ids) and b (e.g. ticks) under one stream."""
-    with np.errstate(over="ignore"):
-        z = _mix(np.full(np.broadcast(np.asarray(a), np.asarray(b)).shape, np.uint64(seed & 0xFFFFFFFFFFFFFFFF)))
-        z = _mix(z ^ np.asarray(a).astype(np.uint64))
-        z = _mix(z ^ np.asarray(b).astype(np.uint64))
-        z = _mix(z ^ np.uint64(stream))
-    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    """Uniforms in [0, 1) for arrays a (e.g. golem ids) and b (e.g. ticks) under one stream: in
+    one pass (`_uniforms`), ids and ticks taken modulo 2^64 as numpy's astype(uint64) takes them."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    out = np.empty(a.shape)
+    _uniforms(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), np.ascontiguousarray(a, dtype=np.uint64).ravel(),
+              np.ascontiguousarray(b, dtype=np.uint64).ravel(), np.uint64(stream & 0xFFFFFFFFFFFFFFFF), out.reshape(-1))
+    return out

@@ -798,3 +798,31 @@ def test_a_parcel_that_reaches_nobody_is_not_numbered_among_the_delivered(tmp_pa
                              2000, 0.3)
     assert n == 1 and rows["parcel"].tolist() == [0] and rows["other_golem"].tolist() == [1]
     assert rows["golem_id"].tolist() == [0] and w.gr.count.tolist() == [2, 1, 0]
+
+
+def _reference_query(m, obs, s):
+    """The context query row by row as array expressions over the whole cohort: base context, a
+    1.5-weighted token per kind of event seen (sorted), normalised to float32."""
+    base = m.lex.contexts(list(m.assets), s.asset, list(m.regime_names), s.regime, s.ret, s.vol_ratio)
+    for kind in sorted({k for k, _, _ in obs.events}):
+        rows = obs.seeing((kind,))
+        base[rows] = m.lex.with_tokens(base[rows], [f"event:{kind}"], 1.5)
+    return (base / np.maximum(np.linalg.norm(base, axis=-1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 60))
+def test_the_query_built_once_per_distinct_context_is_every_rows_own(seed, n):
+    """The query of each distinct (context, kinds seen) built once and gathered = each row's own,
+    byte for byte: two assets, regimes, moves and volatilities in few buckets (many repeats) and
+    events of up to three kinds, seen by some Golems, one kind twice."""
+    rng = np.random.default_rng(seed)
+    m = minds.mind(n=n, dim=16, assets=("ETH", "BTC"), regimes=("calm", "crash", "bull"))
+    kinds = ["flash_crash", "gas_spike", "depeg"][:int(rng.integers(0, 4))]
+    events = [(k, 2, k) for k in kinds] + ([(kinds[0], 1, "again")] if kinds and rng.integers(0, 2) else [])
+    obs = minds.observation(m, events=events, sees=rng.uniform(size=(n, len(events))) < 0.5)
+    s = minds.sensed(m, np.arange(n), asset=rng.integers(0, 2, n), regime=rng.integers(0, 3, n),
+                     ret=rng.choice([0.0, 0.004, -0.02, 0.3], n), vol_ratio=rng.choice([1.0, 0.3, 5.0], n))
+    got = m._query(obs, s)
+    want = _reference_query(m, obs, s)
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()

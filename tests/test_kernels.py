@@ -669,3 +669,37 @@ def test_served_summary_is_the_numpy_expressions(seed, golems, k, low_flag):
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and g.shape == w.shape, i
         assert g.tobytes() == w.tobytes(), i
+
+
+def _numpy_uniform(seed, a, b, stream):
+    """The counter-based draws as uint64 array expressions (the reference of `golem.rng.uniform`)."""
+    from golem.rng import _mix
+    with np.errstate(over="ignore"):
+        z = _mix(np.full(np.broadcast(np.asarray(a), np.asarray(b)).shape, np.uint64(seed & 0xFFFFFFFFFFFFFFFF)))
+        z = _mix(z ^ np.asarray(a).astype(np.uint64))
+        z = _mix(z ^ np.asarray(b).astype(np.uint64))
+        z = _mix(z ^ np.uint64(stream))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def test_splitmix64_step_by_hand():
+    """SplitMix64 from state 0 gives 0xE220A8397B1DCDAF first (its published first output), in
+    the array form and the kernel's."""
+    from golem.rng import _mix, _mix1
+    assert int(_mix(np.uint64(0))) == 0xE220A8397B1DCDAF == int(_mix1(np.uint64(0)))
+
+
+@FAST
+@given(st.integers(0, 2**64 - 1), st.integers(0, 40), st.integers(0, 2**20), st.booleans())
+def test_uniform_draws_are_the_uint64_expressions(seed, n, stream, scalar_b):
+    """`rng.uniform` in one pass = the array expressions bit for bit: negative and huge ids (taken
+    modulo 2^64), a scalar tick broadcast against the ids, a 2-D batch; and each draw in [0, 1)."""
+    from golem.rng import uniform
+    r = np.random.default_rng(seed % 2**32)
+    a = r.choice(np.array([-1, 0, 7, 2**63 - 1, -2**63], np.int64), n) + r.integers(-3, 3, n)
+    b = int(r.integers(-5, 10**9)) if scalar_b else r.integers(-2**62, 2**62, n)
+    got, want = uniform(seed, a, b, stream), _numpy_uniform(seed, a, b, stream)
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    assert ((got >= 0) & (got < 1)).all()
+    a2 = a[: n - n % 2].reshape(-1, 2) if n >= 2 else a.reshape(0, 2)
+    assert uniform(seed, a2, 3, stream).tobytes() == _numpy_uniform(seed, a2, 3, stream).tobytes()
