@@ -828,15 +828,11 @@ class Mind:
         """The somatic marker of the tick's pattern learns from its episode: the emotion's P and A
         (exponentially weighted), the target chosen, the emotion felt."""
         pop = self.pop
-        p, a = s.pad[:, 0], s.pad[:, 1]
-        pt = s.pattern
-        lr = self.cfg.somatic.learning_rate
-        first_seen = pop.som_cnt[ix, pt] == 0
-        pop.som_sum[ix, pt] = np.where(first_seen, p, pop.som_sum[ix, pt] + lr * (p - pop.som_sum[ix, pt]))
-        pop.som_arousal[ix, pt] = np.where(first_seen, a, pop.som_arousal[ix, pt] + lr * (a - pop.som_arousal[ix, pt]))
-        pop.som_cnt[ix, pt] += 1
-        pop.som_target[ix, pt] = dd.target
-        pop.som_emotion[ix, pt, s.emotion.astype(np.int64)] += 1
+        kernels.learn_markers(np.ascontiguousarray(ix, dtype=np.int64), np.ascontiguousarray(s.pattern, dtype=np.int64),
+                              np.ascontiguousarray(s.pad[:, 0]), np.ascontiguousarray(s.pad[:, 1]),
+                              np.asarray(dd.target, dtype=np.float64), s.emotion.astype(np.int64),
+                              float(self.cfg.somatic.learning_rate), pop.som_sum, pop.som_arousal, pop.som_cnt,
+                              pop.som_target, pop.som_emotion)
 
     def _escalations(self, ix: np.ndarray, now_ms: int, s: Sensed, dd: Decided, tier: np.ndarray,
                      flashbulb_fired: np.ndarray, out: TickOutput) -> None:

@@ -742,6 +742,43 @@ def served_valence(slots, has_tag, p):
 
 
 @njit(cache=True)
+def learn_markers(ix, pattern, p, a, target, emotion, lr, som_sum, som_arousal, som_cnt, som_target, som_emotion):
+    """The somatic markers of the cohort's patterns learn from the tick (SPEC §2.7), a Golem at a
+    time: valence and arousal exponentially weighted (the first episode taken as it is), one more
+    episode, the target chosen, the emotion counted. The numpy expressions' arithmetic, in place."""
+    for i in range(ix.size):
+        g, t = ix[i], pattern[i]
+        if som_cnt[g, t] == 0:
+            som_sum[g, t], som_arousal[g, t] = p[i], a[i]
+        else:
+            som_sum[g, t] = som_sum[g, t] + lr * (p[i] - som_sum[g, t])
+            som_arousal[g, t] = som_arousal[g, t] + lr * (a[i] - som_arousal[g, t])
+        som_cnt[g, t] += 1
+        som_target[g, t] = target[i]
+        som_emotion[g, t, emotion[i]] += 1
+
+
+@njit(cache=True)
+def query_codes(q, qmax, stride):
+    """Each query row as int16 codes round(q * scale) (half to even), scale = qmax / max|q| (1 for
+    a zero row), zero-padded to `stride`: numpy's `rint(q * scale)` per element; rows are finite."""
+    n, d = q.shape
+    codes = np.zeros((n, stride), np.int16)
+    scale = np.empty(n)
+    for i in range(n):
+        top = 0.0
+        for j in range(d):
+            x = abs(q[i, j])
+            if x > top:
+                top = x
+        sc = qmax / top if top > 0 else 1.0
+        scale[i] = sc
+        for j in range(d):
+            codes[i, j] = np.int16(np.rint(q[i, j] * sc))
+    return codes, scale
+
+
+@njit(cache=True)
 def served_summary(slots, scores, ids, shadow, shadow_id, emotional, valence, react, confidence, access_count,
                    low_flag, low_flag_accesses, pool):
     """The per-Golem columns of a `retrievals` row from the served cells, as the array expressions

@@ -62,13 +62,10 @@ def query_codes(queries: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarra
     (half to even), scale = `kernels.query_max(stride)` / max|q| per row (1 for a zero query),
     zero-padded to `stride` columns. The rounding moves the semantic factor by < 1e-4 at d = 64,
     a small part of what storing entries as int8 codes does (docs/performance.md)."""
-    q = np.atleast_2d(np.asarray(queries, dtype=np.float64))
-    top = np.abs(q).max(axis=1, initial=0.0)
-    qmax = kernels.query_max(stride)
-    scale = np.divide(qmax, top, out=np.ones_like(top), where=top > 0)
-    codes = np.zeros((q.shape[0], stride), dtype=np.int16)
-    codes[:, :q.shape[1]] = np.rint(q * scale[:, None])
-    return codes, scale
+    q = np.atleast_2d(np.asarray(queries))
+    if q.dtype not in (np.float32, np.float64):
+        q = q.astype(np.float64)
+    return kernels.query_codes(q, float(kernels.query_max(stride)), stride)   # one pass a row
 
 
 def semantic(codes, qcodes, qscale: float) -> float:

@@ -703,3 +703,56 @@ def test_uniform_draws_are_the_uint64_expressions(seed, n, stream, scalar_b):
     assert ((got >= 0) & (got < 1)).all()
     a2 = a[: n - n % 2].reshape(-1, 2)
     assert uniform(seed, a2, 3, stream).tobytes() == _numpy_uniform(seed, a2, 3, stream).tobytes()
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 70), st.sampled_from([np.float32, np.float64]))
+def test_query_codes_are_the_array_expressions(seed, n, d, dtype):
+    """Query codes in one pass a row = numpy's: scale = query_max / max|q| (1 for a zero row),
+    rint half to even (exact halves included), zero padding past d; float32 and float64 queries."""
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((n, d)) * rng.choice([1e-3, 1.0, 50.0])).astype(dtype)
+    q[rng.uniform(size=n) < 0.2] = 0.0
+    stride = d + int(rng.integers(0, 40))
+    qmax = kernels.query_max(stride)
+    if n > 1:                                   # scale 1 (max|q| = query_max): codes on exact halves
+        q[1, :] = 0.0
+        q[1, 0] = qmax
+        q[1, 1:min(d, 4)] = [2.5, -3.5, 0.5][:max(min(d, 4) - 1, 0)]   # -> 2, -4, 0 (half to even)
+    qq = q.astype(np.float64)
+    top = np.abs(qq).max(axis=1, initial=0.0)
+    scale = np.divide(qmax, top, out=np.ones_like(top), where=top > 0)
+    want = np.zeros((n, stride), dtype=np.int16)
+    want[:, :d] = np.rint(qq * scale[:, None])
+    codes, sc = rt.query_codes(q, stride)
+    assert codes.dtype == np.int16 and codes.tobytes() == want.tobytes()
+    assert sc.tobytes() == scale.tobytes()
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 6))
+def test_learn_markers_is_the_array_expressions(seed, golems, patterns):
+    """The somatic markers' update in one pass = the numpy expressions bit for bit: first
+    episodes taken as they are, later ones exponentially weighted, counts, targets and the
+    emotion's count, for a cohort that is a subset of the population in any order."""
+    rng = np.random.default_rng(seed)
+    n = golems + int(rng.integers(0, 4))
+    ix = rng.permutation(n)[:golems].astype(np.int64)
+    pt = rng.integers(0, patterns, golems)
+    p, a, target = rng.uniform(-1, 1, golems), rng.uniform(-1, 1, golems), rng.uniform(0, 1, golems)
+    emo = rng.integers(0, 9, golems)
+    lr = float(rng.choice([0.1, 0.3, 1 / 3]))
+    som_sum, som_ar = rng.uniform(-1, 1, (n, patterns)), rng.uniform(0, 1, (n, patterns))
+    som_cnt = np.where(rng.uniform(size=(n, patterns)) < 0.4, 0, rng.integers(1, 9, (n, patterns))).astype(np.int32)
+    som_target = np.where(som_cnt > 0, rng.uniform(0, 1, (n, patterns)), np.nan)
+    som_emo = rng.integers(0, 5, (n, patterns, 9)).astype(np.int32)
+    want = [x.copy() for x in (som_sum, som_ar, som_cnt, som_target, som_emo)]
+    first = want[2][ix, pt] == 0
+    want[0][ix, pt] = np.where(first, p, want[0][ix, pt] + lr * (p - want[0][ix, pt]))
+    want[1][ix, pt] = np.where(first, a, want[1][ix, pt] + lr * (a - want[1][ix, pt]))
+    want[2][ix, pt] += 1
+    want[3][ix, pt] = target
+    want[4][ix, pt, emo] += 1
+    kernels.learn_markers(ix, pt, p, a, target, emo, lr, som_sum, som_ar, som_cnt, som_target, som_emo)
+    for got, w in zip((som_sum, som_ar, som_cnt, som_target, som_emo), want):
+        assert got.dtype == w.dtype and got.tobytes() == w.tobytes()
