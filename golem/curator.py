@@ -224,7 +224,7 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
                        np.searchsorted(owners, np.arange(n + 1)).astype(np.int64), applied, bool(cu.balance))
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias,
                            category, outcome, raw_outcome, has_outcome, confidence, calm, balance, valence_gain,
                            arousal_floor, arousal_gain, minority_threshold, high_arousal, insight, validation,
@@ -245,9 +245,9 @@ def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a
     n = golems.size
     fig = np.zeros((n, 4))
     cnt = np.zeros((n, 5), dtype=np.int64)
-    pt = np.empty(cap)
-    at = np.empty(cap)
-    for r in range(n):
+    for r in prange(n):                 # rows are slabs of their own: over numba's threads
+        pt = np.empty(cap)
+        at = np.empty(cap)
         g = golems[r]
         base = g * cap
         k = 0
@@ -371,11 +371,11 @@ def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_co
                            np.float32(low_flag), low_flag_accesses)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _slab_max(golems, cap, live, values):
     """Each row's largest live value (0 when none is larger)."""
     top = np.zeros(golems.size, dtype=np.int64)
-    for r in range(golems.size):
+    for r in prange(golems.size):
         base = golems[r] * cap
         for j in range(cap):
             if live[r, j] and values[base + j] > top[r]:
@@ -383,11 +383,11 @@ def _slab_max(golems, cap, live, values):
     return top
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table, low_flag,
                     low_flag_accesses):
     n_low = np.zeros(golems.size, dtype=np.int64)
-    for r in range(golems.size):
+    for r in prange(golems.size):
         base = golems[r] * cap
         t = table[top[r]]
         for j in range(cap):

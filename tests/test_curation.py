@@ -742,3 +742,34 @@ def test_the_replay_charge_is_the_scalar_formulas_bits(seed):
         got = dreams._charge(np.float32(i0), np.int64(created), react, np.int64(lr), np.int64(now), hl * DAY, boost, 2.0)
         want = emotional_intensity_at(i0, created, now, react, lr if lr >= 0 else None, hl, boost)
         assert np.float64(got).tobytes() == np.float64(want).tobytes()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31), st.integers(2, 9), st.integers(1, 160))
+def test_curator_kernels_give_the_same_bits_on_one_thread_and_all(seed, n_golems, cap):
+    """Balance, heat and flags run a Golem per thread; the figures and columns they leave are the
+    same bytes with numba on one thread as on all of them."""
+    import numba
+    from golem.curator import balance_and_reevaluate, heat_and_flags
+    from golem.grimoire import _live_rows
+    results = []
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        rng = np.random.default_rng(seed)
+        c, count, golems = _slabs(rng, n_golems, cap)
+        live = _live_rows(golems, cap, count, c["id"])
+        calm = rng.random(golems.size) < 0.6
+        last_ms = rng.integers(-1, 40, n_golems) * DAY
+        heat_col, low_conf = np.zeros(c["id"].size, np.float32), np.zeros(c["id"].size, bool)
+        before = numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            fig, cnt = balance_and_reevaluate(golems, cap, live, last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
+                                              c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"],
+                                              c["raw_outcome"], c["has_outcome"], c["confidence"], calm, True, 0.4, 0.3,
+                                              0.3, 0.2, 0.5, gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1)
+            n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, 0.3, 3)
+        finally:
+            numba.set_num_threads(before)
+        results.append([fig.tobytes(), cnt.tobytes(), n_low.tobytes(), heat_col.tobytes(), low_conf.tobytes()]
+                       + [c[k].tobytes() for k in sorted(c)])
+    assert results[0] == results[1]
