@@ -49,15 +49,14 @@ class Lexicon:
     @staticmethod
     def context_keys(asset_idx: np.ndarray, regime: np.ndarray, ret: np.ndarray, vol_ratio: np.ndarray) -> np.ndarray:
         """The integer key of each base context: asset, regime, move bucket, volatility bucket."""
-        return ((np.asarray(asset_idx).astype(np.int64) * 64 + regime) * 32 + (ret_bucket(ret) + RET_MAX)) * 16 + (
-            vol_bucket(vol_ratio) + 4)
+        return _key(asset_idx, regime, ret_bucket(ret), vol_bucket(vol_ratio))
 
     def contexts(self, assets: list[str], asset_idx: np.ndarray, regime_names: list[str], regime: np.ndarray,
                  ret: np.ndarray, vol_ratio: np.ndarray) -> np.ndarray:
         """Base-context vectors (not normalised) for a cohort, cached by their integer key."""
         rb = ret_bucket(ret)
         vb = vol_bucket(vol_ratio)
-        key = self.context_keys(asset_idx, regime, ret, vol_ratio)
+        key = _key(asset_idx, regime, rb, vb)
         uniq, inv = np.unique(key, return_inverse=True)
         out = np.empty((uniq.size, self.dim))
         for i, k in enumerate(uniq):
@@ -74,6 +73,10 @@ class Lexicon:
         for t in tokens:
             v = v + weight * self.token(t)
         return v
+
+
+def _key(asset_idx, regime, rb, vb) -> np.ndarray:
+    return ((np.asarray(asset_idx).astype(np.int64) * 64 + regime) * 32 + (rb + RET_MAX)) * 16 + (vb + 4)
 
 
 def ret_bucket(ret: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 from golem.grimoire import ARCHIVED, DAY_MS, Grimoire
+from golem.kernels import charge_at
 
 REM_FACTOR = (1.0 / 3.0) ** (1.0 / 3.0)
 
@@ -26,68 +27,62 @@ def select_replay(gr: Grimoire, golems: np.ndarray, now_ms: int, budget: int, ha
     intensity_at(now) x importance (ties: slot), or by `score_fn(slots)` (HDC similarity to a
     high-arousal prototype under somatic_hdc); -1 pads a slab with fewer live entries.
 
-    By intensity x importance it is one pass over each slab (`_replay_rows`): each score with the
-    scalar formula's bits (`pad.emotional_intensity_at`) and a sorted list of the best `budget` so far."""
+    Each slab is keyed by -score (`_replay_keys`: the charge with the scalar formula's bits,
+    `kernels.charge_at`) and its first `budget` by (key, slot) kept in one pass (`_first_k`)."""
     c = gr.cols
     golems = np.ascontiguousarray(golems, dtype=np.int64)
     k = min(budget, gr.capacity)
     if k <= 0:
         return np.zeros((golems.size, 0), dtype=np.int64)
     if score_fn is None:
-        return _replay_rows(golems, gr.capacity, gr.count, c["id"], c["status"], c["i0"], c["created_ms"],
+        keys = _replay_keys(golems, gr.capacity, gr.count, c["id"], c["status"], c["i0"], c["created_ms"],
                             c["last_react_ms"], c["reactivated"], c["has_tag"], c["importance"], np.int64(now_ms),
-                            half_life_days * DAY_MS, float(boost), k, 2.0)
-    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
-    live = gr.live_rows(golems) & (c["status"][slots] != ARCHIVED)
-    scores = np.zeros(slots.shape)   # fingerprints are large (1.25 KB an entry): slab by slab
-    for i in range(golems.size):
-        scores[i, live[i]] = score_fn(slots[i, live[i]])
-    # rank by (-score, slot); the dead slots last (every live score is >= 0). The top k of a row:
-    # every key below its k-th smallest, then ties at the k-th in slot order (no full sort)
-    key = np.where(live, -scores, np.inf)
-    kth = np.partition(key, k - 1, axis=1)[:, k - 1:k]
-    below = key < kth
-    tie = key == kth
-    top = below | (tie & (np.cumsum(tie, axis=1) <= k - below.sum(axis=1, keepdims=True)))
-    col = np.nonzero(top)[1].reshape(-1, k)                  # k per row, in slot order
-    order = np.take_along_axis(col, np.argsort(np.take_along_axis(key, col, axis=1), axis=1, kind="stable"), axis=1)
-    return np.where(np.take_along_axis(live, order, axis=1), np.take_along_axis(slots, order, axis=1), -1)
-
-
-@njit(cache=True, inline="always")
-def _charge(i0, created_ms, reactivated, last_react_ms, now_ms, h, boost, two):
-    """`pad.emotional_intensity_at` in a kernel, its bits (a reactivation time < 0 is none)."""
-    x = np.float64(i0) * two ** (-(now_ms - created_ms) / h)
-    x = x + (boost * two ** (-(now_ms - last_react_ms) / h) if reactivated and last_react_ms >= 0 else 0.0)
-    return x if x < 1.0 else 1.0           # Python's min(1.0, x)
+                            half_life_days * DAY_MS, float(boost), 2.0)
+    else:
+        slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
+        live = gr.live_rows(golems) & (c["status"][slots] != ARCHIVED)
+        scores = np.zeros(slots.shape)   # fingerprints are large (1.25 KB an entry): slab by slab
+        for i in range(golems.size):
+            scores[i, live[i]] = score_fn(slots[i, live[i]])
+        keys = np.where(live, -scores, np.inf)
+    return _first_k(keys, golems, gr.capacity, k)
 
 
 @njit(cache=True)
-def _replay_rows(golems, cap, count, ids, status, i0, created_ms, last_react_ms, reactivated, has_tag, importance,
-                 now_ms, h, boost, k, two):
-    """`select_replay` by intensity x importance: per slab, the live entries (below the count,
-    with an id, not archived) keyed by -score, the first k by (key, slot), -1 after the live ones.
-    The intensity is `pad.emotional_intensity_at`'s bits (0 untagged): libm's pow as Python's `**`,
-    not numpy's SIMD pow, which differs in the last bit for a few % of ages; `two` is 2.0 passed
-    in, so that LLVM keeps pow(2, x) a pow instead of making it exp2."""
+def _replay_keys(golems, cap, count, ids, status, i0, created_ms, last_react_ms, reactivated, has_tag, importance,
+                 now_ms, h, boost, two):
+    """Each slab's NREM keys: -(charge x importance) for the live entries (below the count, with an
+    id, not archived; the charge 0 untagged), +inf for the others. `two` is 2.0 (`charge_at`)."""
+    keys = np.full((golems.size, cap), np.inf)
+    for r in range(golems.size):
+        base = golems[r] * cap
+        for j in range(count[golems[r]]):
+            s = base + j
+            if ids[s] >= 0 and status[s] != ARCHIVED:
+                charge = charge_at(i0[s], created_ms[s], reactivated[s], last_react_ms[s], now_ms, h, boost,
+                                   two) if has_tag[s] else 0.0
+                keys[r, j] = -(charge * np.float64(importance[s]))
+    return keys
+
+
+@njit(cache=True)
+def _first_k(keys, golems, cap, k):
+    """Per row, the slots of the k smallest finite keys by (key, slot), in that order, -1 after
+    them: a sorted list of the best k so far, an earlier slot keeping a tie."""
     out = np.full((golems.size, k), -1, np.int64)
-    keys = np.empty(k)
+    best = np.empty(k)
     for r in range(golems.size):
         base = golems[r] * cap
         n = 0
-        for j in range(count[golems[r]]):
-            s = base + j
-            if ids[s] < 0 or status[s] == ARCHIVED:
+        for j in range(cap):
+            key = keys[r, j]
+            if not key < np.inf or (n == k and not key < best[k - 1]):
                 continue
-            charge = _charge(i0[s], created_ms[s], reactivated[s], last_react_ms[s], now_ms, h, boost, two) if has_tag[s] else 0.0
-            key = -(charge * np.float64(importance[s]))
-            if n == k and not key < keys[k - 1]:
-                continue                                 # an earlier slot keeps a tie
             p = n if n < k else k - 1
-            while p > 0 and key < keys[p - 1]:
-                keys[p], out[r, p] = keys[p - 1], out[r, p - 1]
+            while p > 0 and key < best[p - 1]:
+                best[p], out[r, p] = best[p - 1], out[r, p - 1]
                 p -= 1
-            keys[p], out[r, p] = key, s
+            best[p], out[r, p] = key, base + j
             n = min(n + 1, k)
     return out
 

@@ -476,8 +476,8 @@ class Mind:
         fired[rows] = True
         if rows.size:
             new = slots[rows, pos]   # replaces a served entry: only these cells change
-            tagged[rows, pos] = c["has_tag"][new]
-            val[rows, pos] = np.where(tagged[rows, pos], c["p"][new], 0.0)
+            new_tagged, new_val = rt.served_valence(self.gr, new[:, None])
+            tagged[rows, pos], val[rows, pos] = new_tagged[:, 0], new_val[:, 0]
             res.factors[rows, pos] = rt.served_factors(self.gr, new, query[rows], s.mood[rows], obs.now_ms, self.prm)
             out.events.append(self._events(obs.now_ms, ix[rows], "anti_rumination", entry_ids=c["id"][new],
                                            values=pop.neg_share[ix[rows]].mean(axis=1)))

@@ -996,6 +996,18 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     return o_id, o_topic, o_has_out, o_conf, o_out, o_acc, o_shadow, o_react
 
 
+@njit(cache=True, inline="always")
+def charge_at(i0, created_ms, reactivated, last_react_ms, now_ms, half_life_ms, boost, two):
+    """A tag's charge now, `padm.emotional_intensity_at` operation for operation (libm's pow as
+    Python's `**`; a reactivation time < 0 is none): what a served entry's emotional factor and
+    NREM's ranking read. `two` is 2.0, passed in: with the constant LLVM turns pow(2, x) into
+    exp2(x), which differs from pow in the last bit now and then."""
+    x = np.float64(i0) * two ** (np.float64(-(now_ms - created_ms)) / half_life_ms)
+    x = x + (boost * two ** (np.float64(-(now_ms - last_react_ms)) / half_life_ms)
+             if reactivated and last_react_ms >= 0 else 0.0)
+    return np.minimum(1.0, x)
+
+
 @njit(cache=True, error_model="numpy")
 def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, codes, last_access_ms, p, a, d, i0, created_ms,
                          last_react_ms, reactivated, has_tag, importance, temporal_base, half_life_ms,
@@ -1020,10 +1032,8 @@ def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, codes, last_acc
                       * np.maximum(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)) + 1.0) / 2.0
         if charge_fading:
             i0s = np.float64(i0[s])
-            now_i = i0s * two ** (np.float64(-(now_ms - created_ms[s])) / half_life_ms)
-            lr = last_react_ms[s]
-            boost = react_boost * two ** (np.float64(-(now_ms - lr)) / half_life_ms) if reactivated[s] and lr >= 0 else 0.0
-            now_i = np.minimum(1.0, now_i + boost)
+            now_i = charge_at(i0[s], created_ms[s], reactivated[s], last_react_ms[s], now_ms, half_life_ms,
+                              react_boost, two)
             emo = 0.5 + (emo - 0.5) * np.minimum(1.0, np.maximum(0.0, now_i / np.maximum(i0s, 1e-8)))
         out[i, 0] = sem
         out[i, 1] = temporal

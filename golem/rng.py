@@ -5,20 +5,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_M = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's step: the golden-ratio increment, then its finaliser (modulo 2^64)."""
-    with np.errstate(over="ignore"):
-        z = (z + np.uint64(0x9E3779B97F4A7C15)) & _M
-        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _M
-        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _M
-        return z ^ (z >> np.uint64(31))
-
 
 @njit(cache=True, inline="always")
 def _mix1(z):
+    """SplitMix64's step on a uint64 (wrapping): the golden-ratio increment, then its finaliser."""
     z = z + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -27,7 +17,8 @@ def _mix1(z):
 
 @njit(cache=True)
 def _uniforms(seed, a, b, stream, out):
-    """out[i] = the draw of (a[i], b[i]): `_mix` in uint64 (wrapping), the top 53 bits over 2^53."""
+    """out[i] = the draw of (a[i], b[i]): SplitMix64 (`_mix1`) of the seed, then again after a[i],
+    b[i] and the stream are mixed in (xor) one at a time; the top 53 bits over 2^53."""
     z0 = _mix1(seed)
     for i in range(out.size):
         z = _mix1(_mix1(_mix1(z0 ^ a[i]) ^ b[i]) ^ stream)

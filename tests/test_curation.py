@@ -14,6 +14,7 @@ from golem import dreams, reflex
 from golem import grimoire as gm
 from golem.config import build_config, default_table
 from golem.curator import consolidation_groups, curate, heat
+from golem.kernels import charge_at
 from golem.pad import emotional_intensity_at
 
 DAY = 86_400_000
@@ -682,10 +683,10 @@ def test_lessons_of_several_golems_and_a_refused_write():
     assert gr.cols["p"][gr.slot_of(ids[2][0])] == np.float32(0.2)   # framed on the first of the most salient
 
 
-def _reference_select_replay(gr, golems, now_ms, budget, half_life_days, boost):
+def _reference_select_replay(gr, golems, now_ms, budget, half_life_days, boost, score_of=None):
     """NREM selection from the scalar formula (the reference of `dreams.select_replay`): the
-    charge at now (`pad.emotional_intensity_at`, 0 untagged) x importance over the live slots, the
-    first `budget` by (-score, slot), -1 after the live ones."""
+    charge at now (`pad.emotional_intensity_at`, 0 untagged) x importance, or `score_of[slot]`,
+    over the live slots, the first `budget` by (-score, slot), -1 after the live ones."""
     c = gr.cols
     slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
     live = gr.live_rows(golems) & (c["status"][slots] != gm.ARCHIVED)
@@ -694,7 +695,7 @@ def _reference_select_replay(gr, golems, now_ms, budget, half_life_days, boost):
         lr = int(c["last_react_ms"][s])
         charge = emotional_intensity_at(float(c["i0"][s]), int(c["created_ms"][s]), now_ms, bool(c["reactivated"][s]),
                                         lr if lr >= 0 else None, half_life_days, boost) if c["has_tag"][s] else 0.0
-        scores[i, j] = charge * float(c["importance"][s])
+        scores[i, j] = charge * float(c["importance"][s]) if score_of is None else score_of[s]
     key = np.where(live, -scores, np.inf)
     order = np.lexsort((np.broadcast_to(np.arange(gr.capacity), key.shape), key), axis=1)[:, :min(budget, gr.capacity)]
     return np.where(np.take_along_axis(live, order, axis=1), np.take_along_axis(slots, order, axis=1), -1)
@@ -705,7 +706,8 @@ def _reference_select_replay(gr, golems, now_ms, budget, half_life_days, boost):
 def test_replay_selection_is_the_numpy_ranking(seed, golems, cap, budget):
     """NREM's one-pass selection = the scalar formula's ranking: the same slots in the same order, ties
     (equal scores, the untagged entries' zeros) in slot order, archived, removed and empty slots
-    never chosen, charges faded over days and lifted by reactivations, budgets past the slab."""
+    never chosen, charges faded over days and lifted by reactivations, budgets past the slab; and
+    the same ranking by a given score (somatic_hdc's)."""
     rng = np.random.default_rng(seed)
     gr = gm.Grimoire(golems + 1, cap, 4)
     c = gr.cols
@@ -724,13 +726,18 @@ def test_replay_selection_is_the_numpy_ranking(seed, golems, cap, budget):
     got = dreams.select_replay(gr, picked, now, budget, 3.0, 0.3)
     want = _reference_select_replay(gr, picked, now, budget, 3.0, 0.3)
     np.testing.assert_array_equal(got, want)
+    # by another score (somatic_hdc's similarity to a prototype), ties included
+    score_of = rng.choice([0.0, 0.25, 0.5, 0.75], n)
+    got = dreams.select_replay(gr, picked, now, budget, score_fn=lambda slots: score_of[slots])
+    np.testing.assert_array_equal(got, _reference_select_replay(gr, picked, now, budget, 3.0, 0.3, score_of))
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_the_replay_charge_is_the_scalar_formulas_bits(seed):
-    """The charge NREM ranks by = `pad.emotional_intensity_at` byte for byte (libm's pow, which
-    numpy's SIMD pow is not), on ages and reactivations of up to 60 days, with and without one."""
+    """The charge NREM ranks by and a served entry's emotional factor fades with (`kernels.charge_at`)
+    = `pad.emotional_intensity_at` byte for byte (libm's pow, which numpy's SIMD pow is not), on
+    ages and reactivations of up to 60 days, with and without one."""
     rng = np.random.default_rng(seed)
     now = 61 * DAY
     for _ in range(200):
@@ -739,7 +746,7 @@ def test_the_replay_charge_is_the_scalar_formulas_bits(seed):
         lr = int(rng.choice([-1, now - int(rng.integers(0, 60 * DAY))]))
         react = bool(rng.integers(0, 2))
         hl, boost = float(rng.choice([3.0, 0.5, 7.25])), float(rng.choice([0.3, 0.0, 1.0]))
-        got = dreams._charge(np.float32(i0), np.int64(created), react, np.int64(lr), np.int64(now), hl * DAY, boost, 2.0)
+        got = charge_at(np.float32(i0), np.int64(created), react, np.int64(lr), np.int64(now), hl * DAY, boost, 2.0)
         want = emotional_intensity_at(i0, created, now, react, lr if lr >= 0 else None, hl, boost)
         assert np.float64(got).tobytes() == np.float64(want).tobytes()
 

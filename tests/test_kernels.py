@@ -671,9 +671,18 @@ def test_served_summary_is_the_numpy_expressions(seed, golems, k, low_flag):
         assert g.tobytes() == w.tobytes(), i
 
 
+def _mix(z):
+    """SplitMix64's step as uint64 array expressions."""
+    m = np.uint64(0xFFFFFFFFFFFFFFFF)
+    with np.errstate(over="ignore"):
+        z = (z + np.uint64(0x9E3779B97F4A7C15)) & m
+        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & m
+        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & m
+        return z ^ (z >> np.uint64(31))
+
+
 def _numpy_uniform(seed, a, b, stream):
     """The counter-based draws as uint64 array expressions (the reference of `golem.rng.uniform`)."""
-    from golem.rng import _mix
     with np.errstate(over="ignore"):
         z = _mix(np.full(np.broadcast(np.asarray(a), np.asarray(b)).shape, np.uint64(seed & 0xFFFFFFFFFFFFFFFF)))
         z = _mix(z ^ np.asarray(a).astype(np.uint64))
@@ -685,7 +694,7 @@ def _numpy_uniform(seed, a, b, stream):
 def test_splitmix64_step_by_hand():
     """SplitMix64 from state 0 gives 0xE220A8397B1DCDAF first (its published first output), in
     the array form and the kernel's."""
-    from golem.rng import _mix, _mix1
+    from golem.rng import _mix1
     assert int(_mix(np.uint64(0))) == 0xE220A8397B1DCDAF == int(_mix1(np.uint64(0)))
 
 
