@@ -17,6 +17,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
@@ -517,6 +518,34 @@ def test_a_checkpoint_writes_its_arrays_while_the_writer_thread_encodes_the_flus
     assert res.manifest["hashes"] == hashes
 
 
+def test_every_save_after_the_first_writes_over_a_spare(ref, tmp_path, monkeypatch):
+    """The first commit copies its arrays to the spare, later prunes keep one: every save but the
+    first finds a spare of the same size to write over, and the tables are the same as ever."""
+    d, hashes = ref
+    monkeypatch.setattr(ckm, "BUDGET", float("inf"))
+    spares, real_arrays = [], ckm._write_arrays
+
+    def arrays(path, a):
+        spare = path.with_name(ckm.SPARE)
+        spares.append(spare.stat().st_size if spare.exists() else None)
+        return real_arrays(path, a)
+    monkeypatch.setattr(ckm, "_write_arrays", arrays)
+    res = execute(d / "s.yaml", tmp_path / "run", environ={})
+    assert len(spares) > 3 and spares[0] is None and all(spares[1:]), spares
+    assert res.manifest["hashes"] == hashes
+
+
+def test_a_spare_is_a_copy_of_the_state_committed_and_is_not_replaced(tmp_path):
+    state = tmp_path / "state-00001.arrays"
+    state.write_bytes(b"abc" * 1000)
+    ckm._spare_from(state)
+    assert (tmp_path / "spare.arrays").read_bytes() == state.read_bytes()
+    state.write_bytes(b"other")
+    ckm._spare_from(state)
+    assert (tmp_path / "spare.arrays").read_bytes() == b"abc" * 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spare.arrays", "state-00001.arrays"]
+
+
 def test_a_checkpoint_whose_parts_fail_leaves_no_state_behind(ref, tmp_path, monkeypatch):
     """A part of the flush failing on the writer thread fails the save after its arrays are
     written: the arrays file is removed, no json is written, and the run fails saying so."""
@@ -586,4 +615,60 @@ def test_a_commit_removes_older_states_but_its_fallback_and_never_a_newer_one(tm
     ckm._prune(tmp_path, 5)
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted(
         ["state-00003.json", "state-00003.arrays", "state-00005.json", "state-00005.arrays",
-         "state-00006.arrays.tmp", "state-00004.json.bak", "notes.txt"])
+         "state-00006.arrays.tmp", "state-00004.json.bak", "notes.txt", "spare.arrays"])
+    assert (tmp_path / "spare.arrays").read_text() == "x"     # state 1's arrays, kept to be written over
+    for n in ["state-00006.json", "state-00006.arrays"]:
+        (tmp_path / n).write_text("y")
+    ckm._prune(tmp_path, 6)           # a spare is there already: state 3's files all go
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(
+        ["state-00005.json", "state-00005.arrays", "state-00006.json", "state-00006.arrays",
+         "state-00006.arrays.tmp", "state-00004.json.bak", "notes.txt", "spare.arrays"])
+
+
+@pytest.mark.parametrize("spare_bytes", [0, 10, 10**6])
+def test_a_save_writes_its_arrays_over_the_spare_and_cuts_it_to_length(tmp_path, spare_bytes):
+    arrays = {"a": np.arange(1000, dtype=np.int64), "b": np.linspace(0, 1, 77, dtype=np.float32)}
+    if spare_bytes:
+        (tmp_path / "spare.arrays").write_bytes(b"\xff" * spare_bytes)
+    path = tmp_path / "state-00002.arrays"
+    index = ckm._write_arrays(path, arrays)
+    size, digest = ckm._seal(path)
+    assert not (tmp_path / "spare.arrays").exists() and not list(tmp_path.glob("*.tmp"))
+    fresh = tmp_path / "fresh" / "state-00002.arrays"     # the same arrays into a new file
+    fresh.parent.mkdir()
+    assert ckm._write_arrays(fresh, arrays) == index and ckm._seal(fresh) == (size, digest)
+    assert path.read_bytes() == fresh.read_bytes()
+    back = ckm._read_arrays(path, index)
+    assert all(np.array_equal(back[k], v) and back[k].dtype == v.dtype for k, v in arrays.items())
+
+
+class _State:
+    pass
+
+
+def test_plain_dicts_survive_the_json_round_trip():
+    """Each kind of plain dict, through JSON and back: the same items, types and order; dicts
+    that are not plain (numpy keys, arrays) are left out, as before the type-set check."""
+    o = _State()
+    o.links = {5: (1, 2, 3), 2: (), 9: (4,)}                       # all tuples
+    o.phrases = {1: ("gas", "spike"), 7: ("x",)}
+    o.mixed = {3: 0.5, "k": ("a", 1, 2.5, True), 4: "s", 6: [1, 2]}  # scalars and sequences
+    o.scalars = {1: 1.5, 2: True, "z": "w"}
+    o.empty = {}
+    o.subclass = {1: np.float64(0.25), 2: (np.float64(1.5), 2)}   # float subclasses: the slow check
+    o.np_keys = {np.int64(1): 2}                                  # not plain
+    o.arrays = {1: np.zeros(2)}                                   # not plain
+    o.level = 3
+    state = json.loads(json.dumps(ckm._plain_dicts_and_scalars(o)))
+    assert set(state) == {"links", "phrases", "mixed", "scalars", "empty", "subclass", "level"}
+    r = _State()
+    for k in ("links", "phrases", "mixed", "scalars", "empty", "subclass"):
+        setattr(r, k, {"stale": 1})
+    ckm._restore_plain(r, state)
+    assert r.level == 3
+    for k in ("links", "phrases", "scalars", "empty", "subclass"):
+        assert list(getattr(r, k).items()) == list(getattr(o, k).items()), k
+    assert list(r.mixed.items()) == [(3, 0.5), ("k", ("a", 1, 2.5, True)), (4, "s"), (6, (1, 2))]
+    assert [type(v) for v in r.mixed.values()] == [float, tuple, str, tuple]
+    assert [type(x) for v in r.links.values() for x in v] == [int] * 4
+    assert type(r.scalars[2]) is bool and type(next(iter(r.mixed))) is int
