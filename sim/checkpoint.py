@@ -1,8 +1,8 @@
 """Checkpoints (SPEC §13: a run killed mid-way resumes to the same result; sim.resume resumes it).
 
 At every periodic recorder flush the world saves its whole state to `RUN/checkpoint/`:
-Population arrays; the Grimoire's used slots (columns, embeddings, fingerprints) and its small
-dicts and scalars (recall_when, links, phrases, next_id); the Mind's own arrays, dicts and scalars
+Population arrays; the Grimoire's used slots (columns, embeddings, fingerprints), its dicts
+(recall_when, links, phrases, reflex firings: as arrays) and scalars (next_id); the Mind's own arrays, dicts and scalars
 (topic names, gas level; or `Mind.checkpoint_state()` when it has one); the tape; the world's
 counters (event sequence, market step, stats, recorder part index); and the SimPy queue: the
 next wake-up of the market, of each heartbeat cohort and of the flusher, and every Clade push
@@ -51,7 +51,7 @@ import re
 import shutil
 import time
 from dataclasses import asdict
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +66,7 @@ from sim.scenario import InputError
 
 #: the checkpoint layout (batched Clade deliveries, arrays as raw .npy records, checksums, reflex
 #: firings as a dict, push latencies in ms, act times as 48 bits, plain dicts as key and value
-#: lists); resume refuses others
+#: lists, the Grimoire's int-keyed dicts as arrays); resume refuses others
 FORMAT = 8
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
@@ -99,20 +99,57 @@ _EXACT = frozenset(_SCALARS)
 _SEQ = frozenset((tuple, list))
 
 
-def _plain_dicts_and_scalars(obj, skip=()) -> dict:
+def _plain_dicts_and_scalars(obj, skip=(), arrays: dict | None = None, prefix: str = "") -> dict:
     """An object's small mutable state as JSON: scalars, and dicts whose keys are ints/strs and
     whose values are scalars or tuples of scalars (Grimoire recall_when/links/phrases, the Mind's
     topic names, its gas level, ...). Generic on purpose, so state added to the mind later is
-    checkpointed without touching this module; static values are restored to what they were."""
+    checkpointed without touching this module; static values are restored to what they were.
+    With `arrays`, a dict of int keys whose values are all ints, all strings, or all tuples of
+    one of them goes there instead, as arrays named `prefix + name + "/..."` (`_packed`)."""
     out = {}
     for k, v in vars(obj).items():
         if k in skip or k.startswith("_"):
             continue
         if isinstance(v, _SCALARS):
             out[k] = {"scalar": v}
-        elif isinstance(v, dict) and (pairs := _plain_pairs(v)) is not None:
+        elif not isinstance(v, dict):
+            continue
+        elif arrays is not None and (packed := _packed(v)) is not None:
+            out[k] = {"arrays": packed[0]}
+            arrays.update((f"{prefix}{k}/{n}", a) for n, a in packed[1].items())
+        elif (pairs := _plain_pairs(v)) is not None:
             out[k] = pairs
     return out
+
+
+def _packed(v: dict) -> tuple[str, dict[str, np.ndarray]] | None:
+    """A dict of int keys as arrays, when its values are all ints ("int"), all strings ("str"),
+    or all tuples of ints or of strings ("int-tuples", "str-tuples": flattened, with each one's
+    length), else None. The Grimoire's links and phrases hold ~10^5 items after ten simulated
+    days: as JSON they were most of a save's time beside its arrays. Ints beyond int64 and
+    strings with a NUL (numpy's fixed-width strings drop trailing ones) stay JSON."""
+    if not v or set(map(type, v)) != {int}:
+        return None
+    vals = list(v.values())
+    vt = set(map(type, vals))
+    out = {}
+    if vt == {tuple}:
+        out["lengths"] = np.fromiter(map(len, vals), np.int64, len(vals))
+        vals = list(chain.from_iterable(vals))
+        vt, kind = set(map(type, vals)), "-tuples"
+    else:
+        kind = ""
+    try:
+        out["keys"] = np.fromiter(v, np.int64, len(v))
+        if vt <= {int}:
+            out["values"], kind = np.fromiter(vals, np.int64, len(vals)), "int" + kind
+        elif vt == {str} and "\x00" not in "".join(vals):
+            out["values"], kind = np.array(vals, dtype=str), "str" + kind
+        else:
+            return None
+    except OverflowError:
+        return None
+    return kind, out
 
 
 def _plain_pairs(v: dict) -> dict | None:
@@ -133,13 +170,20 @@ def _plain_pairs(v: dict) -> dict | None:
     return None
 
 
-def _restore_plain(obj, state: dict) -> None:
+def _restore_plain(obj, state: dict, arrays: dict | None = None, prefix: str = "") -> None:
     for k, v in state.items():
         if "scalar" in v:
             setattr(obj, k, v["scalar"])
             continue
         d = getattr(obj, k)
         d.clear()
+        if "arrays" in v:
+            keys, vals = (arrays[f"{prefix}{k}/{n}"].tolist() for n in ("keys", "values"))
+            if v["arrays"].endswith("-tuples"):
+                flat = iter(vals)
+                vals = [tuple(islice(flat, n)) for n in arrays[f"{prefix}{k}/lengths"].tolist()]
+            d.update(zip(keys, vals))
+            continue
         keys, vals, seq = v["keys"], v["values"], v["seq"]
         if seq is True:
             d.update(zip(keys, map(tuple, vals)))
@@ -225,11 +269,12 @@ def save(world, ckdir: Path) -> Path:
     part = world.rec.part
     name = f"state-{part:05d}"
     arrays_path, json_path = ckdir / f"{name}.arrays", ckdir / f"{name}.json"
+    grimoire = _plain_dicts_and_scalars(gr, arrays=arrays, prefix="gr:")
     index = _write_arrays(arrays_path, arrays)
     meta = {
         "format": FORMAT, "now_s": world.env.now, "part": part, "event_seq": world.event_seq,
         "market_step": world.market_step, "stats": asdict(world.stats),
-        "grimoire": _plain_dicts_and_scalars(gr),
+        "grimoire": grimoire,
         "pending": pending, "entries": entries, "array_offsets": index,
         "mind": _mind_json(world.mind),
         "tape": {"bar_ms": int(tape.bar_ms), "normal_interval_ms": int(tape.normal_interval_ms), "assets": list(tape.assets), "protocols": list(tape.protocols),
@@ -457,7 +502,7 @@ class Checkpoint:
                     v[used] = a[f"gr.{k}"]
                 else:
                     v[...] = a[f"gr.{k}"]
-        _restore_plain(gr, m["grimoire"])
+        _restore_plain(gr, m["grimoire"], a, "gr:")
         mind_arrays = {k[5:]: v.copy() for k, v in a.items() if k.startswith("mind/")}
         if hasattr(world.mind, "restore_state"):
             world.mind.restore_state(mind_arrays)

@@ -672,3 +672,58 @@ def test_plain_dicts_survive_the_json_round_trip():
     assert [type(v) for v in r.mixed.values()] == [float, tuple, str, tuple]
     assert [type(x) for v in r.links.values() for x in v] == [int] * 4
     assert type(r.scalars[2]) is bool and type(next(iter(r.mixed))) is int
+
+
+def test_int_keyed_dicts_go_to_the_arrays_file_and_come_back(tmp_path):
+    """Dicts of int keys with all-int, all-str or all-tuple values travel as arrays (through the
+    arrays file), with the same items, types and order; what arrays cannot hold exactly stays JSON."""
+    o = _State()
+    o.links = {5: (1, 2, 3), 2: (), 9: (4,)}
+    o.recall = {8: ("gas spike", "depeg"), 1: ("é",)}
+    o.phrases = {3: "exploit high", 4: ""}
+    o.fired = {7: 10**12, 1: -3}
+    o.big = {1: 2**70}                       # beyond int64: JSON
+    o.nul = {1: "a\x00"}                     # a trailing NUL: JSON
+    o.flags = {1: (True, 2)}                 # a bool is not an int here: JSON
+    o.str_keys = {"a": 1}                    # not int keys: JSON
+    o.empty = {}
+    arrays: dict = {}
+    state = json.loads(json.dumps(ckm._plain_dicts_and_scalars(o, arrays=arrays, prefix="x:")))
+    assert {k for k, v in state.items() if "arrays" in v} == {"links", "recall", "phrases", "fired"}
+    assert {v["arrays"] for v in state.values() if "arrays" in v} == {"int-tuples", "str-tuples", "str", "int"}
+    index = ckm._write_arrays(tmp_path / "state-00001.arrays", arrays)
+    back = ckm._read_arrays(tmp_path / "state-00001.arrays.tmp", index)
+    r = _State()
+    for k in vars(o):
+        setattr(r, k, {"stale": 1})
+    ckm._restore_plain(r, state, back, "x:")
+    for k in vars(o):
+        assert list(getattr(r, k).items()) == list(getattr(o, k).items()), k
+        assert [type(x) for x in getattr(r, k)] == [type(x) for x in getattr(o, k)], k
+    assert [type(x) for v in r.links.values() for x in v] == [int] * 4 and type(r.phrases[3]) is str
+
+
+def test_a_saved_grimoires_dicts_load_back_as_they_were(tmp_path, monkeypatch):
+    """At every save of a run, the committed state, loaded, gives back the Grimoire's dicts
+    (links, phrases, recall_when, reflex firings) item for item (the exploit scenario: its
+    flashbulbs carry links, its event entries phrases)."""
+    monkeypatch.setattr(ckm, "BUDGET", float("inf"))
+    seen, real_save = [], ckm.save
+
+    def spy(world, ckdir):
+        gr = world.gr
+        want = {k: dict(v) for k, v in vars(gr).items() if isinstance(v, dict) and k != "cols"}
+        path = real_save(world, ckdir)
+        world.rec.sync()                         # the commit is on disk
+        ck = ckm.load(Path(ckdir))
+        assert ck.path.name == path.name
+        got = _State()
+        for k in want:
+            setattr(got, k, {})
+        ckm._restore_plain(got, {k: v for k, v in ck.meta["grimoire"].items() if k in want}, ck.arrays, "gr:")
+        assert {k: list(getattr(got, k).items()) for k in want} == {k: list(v.items()) for k, v in want.items()}
+        seen.append({k: len(v) for k, v in want.items()})
+        return path
+    monkeypatch.setattr(ckm, "save", spy)
+    execute(ROOT / "scenarios" / "exploit.yaml", tmp_path / "run", environ={})
+    assert seen and seen[-1]["links"] > 0 and seen[-1]["phrases"] > 0, seen
