@@ -28,8 +28,7 @@ the json, so a state lists only parts that are on disk. The next flush (each beg
 are kept: `load` checks a state against its checksums and falls back to the one before when it
 fails them, reporting the damaged one as corrupt (never as "no checkpoint"). The arrays file of
 the state a commit removes is kept as `spare.arrays`, which the next save writes over in place
-(pages the page cache holds, not new ones); until a commit has one to keep, the writer thread
-makes one of zeros. A state names no paths: its arrays file is the one of its own
+(pages the page cache holds, not new ones). A state names no paths: its arrays file is the one of its own
 number in the same folder, so a damaged json cannot send a resume outside the run directory.
 Resume deletes only part files at or past the state's part index (which the run wrote after the
 state and rewrites identically), after checking the parts before it against their sha256.
@@ -43,13 +42,13 @@ save's cost is its time on the simulation thread (the commit's on the writer thr
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
 import math
 import os
 import re
+import shutil
 import time
 from dataclasses import asdict
 from itertools import chain, islice
@@ -296,7 +295,7 @@ def save(world, ckdir: Path) -> Path:
         _write_meta(json_path, dict(json.loads(snapshot), arrays_bytes=size, arrays_sha256=digest,
                                     parts=dict(sorted(written.items()))))
         _prune(ckdir, part)
-        _make_spare(ckdir, size)
+        _spare_from(arrays_path)
     world.rec.after_parts(commit)
     return json_path
 
@@ -317,26 +316,15 @@ def _prune(ckdir: Path, part: int) -> None:
                 f.unlink(missing_ok=True)
 
 
-def _make_spare(ckdir: Path, nbytes: int) -> None:
-    """A spare of `nbytes` zeros for the next save to write over, unless there is one: made on
-    the writer thread (queued at a run's first flush, and by the commits until a prune leaves one),
-    so that filling new pages of the page cache is the writer's work, not the simulation
-    thread's. A spare that cannot be made (a full disk) is left out: the save then writes a new
-    file, as it would anyway, and fails there if it must."""
-    spare, tmp = ckdir / SPARE, ckdir / (SPARE + ".tmp")
-    if spare.exists():
-        return
-    zeros = memoryview(bytes(1 << 22))
-    try:
-        ckdir.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            left = int(nbytes)
-            while left > 0:
-                left -= fh.write(zeros[:min(left, len(zeros))])
+def _spare_from(arrays_path: Path) -> None:
+    """Until a prune leaves a spare (from the third commit on), a copy of the state just committed
+    is made the spare, here on the writer thread: so the simulation thread's second and third
+    saves write over cached pages too, and only the first fills new ones."""
+    spare = arrays_path.with_name(SPARE)
+    if not spare.exists():
+        tmp = spare.with_name(SPARE + ".tmp")
+        shutil.copyfile(arrays_path, tmp)
         os.replace(tmp, spare)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
 
 
 def _previous(ckdir: Path, part: int) -> str | None:
@@ -452,10 +440,6 @@ def maybe_save(world, ckdir: Path, budget: float | None = None) -> Path | None:
             affordable = st["spent"] + st["cost"] <= SIM_BUDGET * (now - st["t0"])
             due = unsaved_next > SIM_SHARE * sc.duration_s and affordable
     if not due:
-        if not st.get("spare") and getattr(world, "rec", None) is not None:   # ready for the first save
-            nbytes = _state_bytes(world)
-            world.rec.after_parts(lambda parts: _make_spare(Path(ckdir), nbytes))
-            st["spare"] = True
         return None
     p = save(world, ckdir)
     end = time.perf_counter()

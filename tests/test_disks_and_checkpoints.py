@@ -518,13 +518,11 @@ def test_a_checkpoint_writes_its_arrays_while_the_writer_thread_encodes_the_flus
     assert res.manifest["hashes"] == hashes
 
 
-def test_every_save_writes_over_a_spare(ref, tmp_path, monkeypatch):
-    """The writer thread makes a spare before the first save (queued at the first flush that does
-    not save), the commits until a prune leaves one: every save finds a spare to write over, and
-    the tables are those of the run without checkpoints."""
-    d, _ = ref
-    monkeypatch.setattr(ckm, "BUDGET", 0.0)            # the first flush does not save: time for the spare
-    monkeypatch.setattr(ckm, "SIM_BUDGET", float("inf"))
+def test_every_save_after_the_first_writes_over_a_spare(ref, tmp_path, monkeypatch):
+    """The first commit copies its arrays to the spare, later prunes keep one: every save but the
+    first finds a spare of the same size to write over, and the tables are the same as ever."""
+    d, hashes = ref
+    monkeypatch.setattr(ckm, "BUDGET", float("inf"))
     spares, real_arrays = [], ckm._write_arrays
 
     def arrays(path, a):
@@ -532,22 +530,20 @@ def test_every_save_writes_over_a_spare(ref, tmp_path, monkeypatch):
         spares.append(spare.stat().st_size if spare.exists() else None)
         return real_arrays(path, a)
     monkeypatch.setattr(ckm, "_write_arrays", arrays)
-    sets = ["recording.flush_every_s=1800"]
-    res = execute(d / "s.yaml", tmp_path / "run", environ={}, sets=sets)
-    assert len(spares) > 3 and all(n is not None for n in spares), spares
-    assert res.manifest["hashes"] == execute(d / "s.yaml", tmp_path / "plain", environ={}, sets=sets,
-                                             checkpoint=False).manifest["hashes"]
+    res = execute(d / "s.yaml", tmp_path / "run", environ={})
+    assert len(spares) > 3 and spares[0] is None and all(spares[1:]), spares
+    assert res.manifest["hashes"] == hashes
 
 
-def test_a_spare_is_made_of_zeros_once_and_never_replaced(tmp_path):
-    ckm._make_spare(tmp_path / "ck", 10_000_001)
-    assert (tmp_path / "ck" / "spare.arrays").read_bytes() == bytes(10_000_001)
-    (tmp_path / "ck" / "spare.arrays").write_bytes(b"kept")
-    ckm._make_spare(tmp_path / "ck", 5)
-    assert (tmp_path / "ck" / "spare.arrays").read_bytes() == b"kept"
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["spare.arrays"]
-    (tmp_path / "ro").write_text("a file where the folder would be")
-    ckm._make_spare(tmp_path / "ro", 5)                  # cannot be made: left out, nothing raised
+def test_a_spare_is_a_copy_of_the_state_committed_and_is_not_replaced(tmp_path):
+    state = tmp_path / "state-00001.arrays"
+    state.write_bytes(b"abc" * 1000)
+    ckm._spare_from(state)
+    assert (tmp_path / "spare.arrays").read_bytes() == state.read_bytes()
+    state.write_bytes(b"other")
+    ckm._spare_from(state)
+    assert (tmp_path / "spare.arrays").read_bytes() == b"abc" * 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spare.arrays", "state-00001.arrays"]
 
 
 def test_a_checkpoint_whose_parts_fail_leaves_no_state_behind(ref, tmp_path, monkeypatch):
