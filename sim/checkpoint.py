@@ -48,7 +48,6 @@ import json
 import math
 import os
 import re
-import shutil
 import time
 from dataclasses import asdict
 from itertools import chain, islice
@@ -295,7 +294,6 @@ def save(world, ckdir: Path) -> Path:
         _write_meta(json_path, dict(json.loads(snapshot), arrays_bytes=size, arrays_sha256=digest,
                                     parts=dict(sorted(written.items()))))
         _prune(ckdir, part)
-        _spare_from(arrays_path)
     world.rec.after_parts(commit)
     return json_path
 
@@ -314,17 +312,6 @@ def _prune(ckdir: Path, part: int) -> None:
                 spare = True
             else:
                 f.unlink(missing_ok=True)
-
-
-def _spare_from(arrays_path: Path) -> None:
-    """Until a prune leaves a spare (from the third commit on), a copy of the state just committed
-    is made the spare, here on the writer thread: so the simulation thread's second and third
-    saves write over cached pages too, and only the first fills new ones."""
-    spare = arrays_path.with_name(SPARE)
-    if not spare.exists():
-        tmp = spare.with_name(SPARE + ".tmp")
-        shutil.copyfile(arrays_path, tmp)
-        os.replace(tmp, spare)
 
 
 def _previous(ckdir: Path, part: int) -> str | None:
