@@ -93,8 +93,18 @@ def dream(gr: Grimoire, g: int, now_ms: int, cfg, score_fn=None) -> dict:
 
 
 def dream_batch(gr: Grimoire, golems: np.ndarray, now_ms: int, cfg, score_fn=None) -> list[dict]:
+    """`dream_columns`' figures as one dict per Golem (the payload of its `events` row)."""
+    f = dream_columns(gr, golems, now_ms, cfg, score_fn)
+    ids, bounds = (x.tolist() for x in f["replayed"])
+    return [{"replayed": ids[lo:hi], "arousal_before": b, "arousal_after": a, "downscaled": dn, "reboosted": up}
+            for lo, hi, b, a, dn, up in zip(bounds[:-1], bounds[1:], f["arousal_before"].tolist(),
+                                            f["arousal_after"].tolist(), f["downscaled"].tolist(), f["reboosted"].tolist())]
+
+
+def dream_columns(gr: Grimoire, golems: np.ndarray, now_ms: int, cfg, score_fn=None) -> dict:
     """One DREAMING tick for each of `golems` at once (each touches its own slab only); returns
-    the figures for their `events` rows."""
+    the figures for their `events` rows as columns, the payload an `EventBatch` takes: replayed
+    as (ids, offsets), the rest one value per Golem."""
     d = cfg.dream
     c = gr.cols
     golems = np.asarray(golems, dtype=np.int64)
@@ -126,9 +136,6 @@ def dream_batch(gr: Grimoire, golems: np.ndarray, now_ms: int, cfg, score_fn=Non
     for i in np.flatnonzero(~full & (n > 0)):
         before[i] = np.abs(before_a[bounds[i]:bounds[i + 1]]).mean()
         after[i] = np.abs(after_a[bounds[i]:bounds[i + 1]]).mean()
-    ids = c["id"][r].tolist()
-    downscaled = (live & ~salient).sum(axis=1).tolist()
-    reboosted = (live & salient).sum(axis=1).tolist()
-    return [{"replayed": ids[lo:hi], "arousal_before": b, "arousal_after": a, "downscaled": dn, "reboosted": up}
-            for lo, hi, b, a, dn, up in zip(bounds[:-1].tolist(), bounds[1:].tolist(), before.tolist(), after.tolist(),
-                                            downscaled, reboosted)]
+    return {"replayed": (c["id"][r].astype(np.int64), bounds.astype(np.int64)), "arousal_before": before,
+            "arousal_after": after, "downscaled": (live & ~salient).sum(axis=1).astype(np.int64),
+            "reboosted": (live & salient).sum(axis=1).astype(np.int64)}

@@ -1005,8 +1005,9 @@ class Mind:
     def dream(self, ix: np.ndarray, obs: Observation, out: TickOutput) -> None:
         """Offline: no trading; NREM replay, REM depotentiation, synaptic homeostasis (SPEC §8)."""
         pop = self.pop
-        for g, figures in zip(ix.tolist(), dreams.dream_batch(self.gr, ix, obs.now_ms, self.cfg, self._dream_scores())):
-            out.events.append(self._event(obs.now_ms, g, "dream", value=float(len(figures["replayed"])), payload=figures))
+        figures = dreams.dream_columns(self.gr, ix, obs.now_ms, self.cfg, self._dream_scores())
+        out.events.append(self._events(obs.now_ms, ix, "dream", -1, np.diff(figures["replayed"][1]).astype(np.float64),
+                                       payload=figures))
         price = obs.close[pop.asset[ix].astype(np.int64)]
         value = pop.cash[ix] + pop.units[ix] * price
         n = ix.size
