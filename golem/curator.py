@@ -102,14 +102,13 @@ def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, i
             score = curator_weight[s] * importance[s] * confidence[s] * (np.float32(1.0) + sal)
             up = score >= promote and dc < gm.REGIME
             down = score <= demote and dc > gm.EPHEMERAL and not up   # promotion first (promote <= demote)
-            w = window_ms[s]
             if up or down:
                 dc = dc + np.int8(up) - np.int8(down)
                 decay_class[s] = dc
-                w = max(class_days[dc], np.float64(ttl_days[s])) * (1.0 + np.float64(sal)) * DAY_MS
-                window_ms[s] = w
+                window_ms[s] = max(class_days[dc], np.float64(ttl_days[s])) * (1.0 + np.float64(sal)) * DAY_MS
                 n_up[r] += up
                 n_down[r] += down
+            w = np.float64(window_ms[s])          # as stored (float32)
             if np.float64(now_ms - last_access_ms[s]) >= 2.0 * w and status[s] != gm.ARCHIVED:
                 status[s] = gm.ARCHIVED
                 n_arch[r] += 1

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit, prange
 
+from golem import kernels
 from golem import pad as padm
 
 CATEGORIES = ("episode", "insight", "heuristic", "warning", "opportunity", "lesson", "death_reflection")
@@ -29,6 +30,7 @@ ROLES = ("observation", "action", "insight")
 EPHEMERAL, TACTICAL, REGIME, STRUCTURAL = range(4)
 ACTIVE, STALE, EXPIRED, ARCHIVED = range(4)
 DAY_MS = 86_400_000
+HOUR_MS = 3_600_000.0
 
 
 def fill(base: float, term: float) -> float:
@@ -150,7 +152,7 @@ def is_protected(decay_class: int, flashbulb: bool, sal: float, threshold: float
 # --- the arena -------------------------------------------------------------------------------
 
 _COLUMNS: dict[str, type] = {
-    "id": np.int64, "created_ms": np.int64, "last_access_ms": np.int64, "window_ms": np.float64,
+    "id": np.int64, "created_ms": np.int64, "last_access_ms": np.int64, "window_ms": np.float32,
     "category": np.int8, "topic": np.int32, "scope": np.int32, "kind": np.int16,
     "confidence": np.float32, "importance": np.float32, "salience": np.float32, "decay_class": np.int8,
     "has_tag": np.bool_, "p": np.float32, "a": np.float32, "d": np.float32,
@@ -236,6 +238,7 @@ class Embeddings:
         rows = self._gr.codes[idx]
         self._gr.codes[idx] = quantise(np.broadcast_to(v, rows.shape[:-1] + (self._gr.dim,)).reshape(-1, self._gr.dim),
                                        rows.shape[-1]).reshape(rows.shape)
+        self._gr.refresh_scan(np.arange(len(self))[idx])
 
     def __array__(self, dtype=None, copy=None):
         out = self[:]
@@ -267,6 +270,12 @@ class Grimoire:
     on_insert: object = None        # callback(slots) after a write, e.g. to fingerprint new entries
     protect: float = PROTECTED_SALIENCE   # salience from which an entry is never evicted nor archived
     act_ring: int = 3               # act times kept per entry (reflex.promotion_min: "acted on >= n times in 30 days")
+    # the scan terms' constants (`set_scan`): temporal base, half-life (ms), reactivation boost, and
+    # the epoch their exponents count from
+    temporal_base: float = 0.995
+    half_life_ms: float = 3 * DAY_MS
+    react_boost: float = 0.3
+    epoch_ms: int = 0
 
     def __post_init__(self) -> None:
         n = self.n_golems * self.capacity
@@ -279,6 +288,12 @@ class Grimoire:
         self.count = np.zeros(self.n_golems, dtype=np.int64)
         self.fp = np.zeros((n, 160), dtype=np.uint64) if self.fingerprints else None
         self.keep_acts(self.act_ring)
+        # the scan terms (`refresh_scan`): what a retrieval reads besides the columns, derived
+        # from them; an empty slot's (zero codes, times 0) are what refresh_scan gives it
+        self.norm2 = np.zeros(n, dtype=np.int32)
+        self.recency = np.zeros(n, dtype=np.float32)
+        self.charge = np.zeros(n, dtype=np.float32)
+        self.refresh_scan()
 
     def keep_acts(self, ring: int) -> None:
         """Keep the times of each entry's last `ring` acts (none recorded yet): a ring indexed by
@@ -295,6 +310,61 @@ class Grimoire:
         """The act times (int64 ms) at ring position pos of the entries at slots."""
         return (self.acted_hi[slots, pos].astype(np.int64) << 32) | self.acted_lo[slots, pos].astype(np.int64)
 
+    # --- the scan terms -------------------------------------------------------------------
+    #: the arrays `refresh_scan` derives from the columns (a checkpoint does not save them)
+    SCAN_TERMS = ("norm2", "recency", "charge")
+
+    def scan_constants(self) -> tuple[int, float, float, float]:
+        """(epoch_ms, lg2_per_ms, inv_hl, boost): what `kernels.recency_term` and
+        `kernels.charge_term` take besides an entry's columns."""
+        return (int(self.epoch_ms), math.log2(self.temporal_base) / HOUR_MS, 1.0 / self.half_life_ms,
+                float(self.react_boost))
+
+    def rebase_span_ms(self) -> float:
+        """How far `now` may run past the epoch before `prepare_scan` moves it: exponents of at
+        most 32 within the span, so a term's float32 (range 2^-126 .. 2^128) holds it whatever
+        the half-life and base, with room for a reactivation boost over an i0 of 1e-8 (2^25)."""
+        lg2 = abs(math.log2(self.temporal_base)) / HOUR_MS
+        return min(32.0 * self.half_life_ms, 32.0 / lg2 if lg2 > 0 else math.inf)
+
+    def refresh_scan(self, slots: np.ndarray | None = None) -> None:
+        """Recompute the scan terms of `slots` (all slots when None) from their columns: what
+        every write of codes, last_access_ms, i0, created_ms, reactivated or last_react_ms does
+        after it (`insert`, the embeddings' setter, `kernels.recall_served`); a test or tool that
+        writes those columns directly calls it."""
+        c = self.cols
+        args = (self.codes, c["last_access_ms"], c["i0"], c["created_ms"], c["reactivated"], c["last_react_ms"],
+                *self.scan_constants(), self.norm2, self.recency, self.charge)
+        if slots is None:
+            kernels.scan_terms_all(*args)
+        elif np.size(slots):
+            kernels.scan_terms(np.ascontiguousarray(slots, dtype=np.int64).ravel(), *args)
+
+    def set_scan(self, temporal_base: float, half_life_ms: float, react_boost: float) -> None:
+        """The constants the scan terms are computed with (the retrieval's); a change recomputes them."""
+        key = (float(temporal_base), float(half_life_ms), float(react_boost))
+        if key != (self.temporal_base, self.half_life_ms, self.react_boost):
+            self.temporal_base, self.half_life_ms, self.react_boost = key
+            self.refresh_scan()
+
+    def prepare_scan(self, temporal_base: float, half_life_ms: float, react_boost: float, now_ms: int) -> None:
+        """Before a retrieval at `now_ms`: the scan terms for these constants, and an epoch no
+        further than `rebase_span_ms` behind now (a run longer than the span moves it to now and
+        recomputes every term: once per span, ~96 simulated days at the defaults)."""
+        self.set_scan(temporal_base, half_life_ms, react_boost)
+        if abs(now_ms - self.epoch_ms) > self.rebase_span_ms():
+            self.epoch_ms = int(now_ms)
+            self.refresh_scan()
+
+    def scan_is_current(self, slots: np.ndarray | None = None) -> bool:
+        """Whether the stored scan terms of `slots` (all when None) are what `refresh_scan` would
+        compute now from the columns (GOLEM_CHECK_SCAN makes retrievals ask it)."""
+        idx = np.arange(self.norm2.size) if slots is None else np.ascontiguousarray(slots, dtype=np.int64).ravel()
+        c = self.cols
+        return kernels.scan_terms_stale(idx, self.codes, c["last_access_ms"], c["i0"], c["created_ms"], c["reactivated"],
+                                        c["last_react_ms"], *self.scan_constants(), self.norm2, self.recency,
+                                        self.charge) == 0
+
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("cols")
         if cols is not None and name in cols:
@@ -309,6 +379,7 @@ class Grimoire:
     def bytes_per_entry(self) -> float:
         total = (self.codes.nbytes + sum(c.nbytes for c in self.cols.values())
                  + self.acted_lo.nbytes + self.acted_hi.nbytes
+                 + self.norm2.nbytes + self.recency.nbytes + self.charge.nbytes
                  + (self.fp.nbytes if self.fp is not None else 0))
         return total / (self.n_golems * self.capacity)
 
@@ -380,6 +451,7 @@ class Grimoire:
             quantise(emb, self.codes.shape[1], out=self.codes[s[0]:s[-1] + 1])   # a bulk import: in place
         else:
             self.codes[s] = quantise(kept(emb), self.codes.shape[1])
+        self.refresh_scan(s)
         if self.on_insert is not None and s.size:
             self.on_insert(s)
         return slots, ids

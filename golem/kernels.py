@@ -9,40 +9,42 @@ salience-multiplied one (and equals the shadow).
 
 How it is fast and still exact (docs/performance.md has the measurements and the rejected variants):
 
-- The scan reads 123 bytes per entry at d = 64 (64 of int8 codes, 59 of columns; 4 more when a
-  confidence floor is asked for), the memory floor it runs against.
+- The scan reads 114 bytes per entry at d = 64: 64 of int8 codes, 38 of columns (status,
+  last_access_ms, window_ms, has_tag, p, a, d, importance, salience) and 12 of scan terms the
+  Grimoire keeps beside them (`Grimoire.refresh_scan`): norm2, the codes' squared norm (int32), and
+  recency and charge (float32, `recency_term`, `charge_term`); 4 more when a confidence floor is
+  asked for.
+- The scan terms take the exponentials out of the scan. temporal_base ** hours since the last
+  access is recency * tau, and the charge left min(1, charge * gamma), where tau and gamma are one
+  exp2 a query (`golem.retrieval.query_terms`): the exponents count from an epoch (the
+  Grimoire's), so a decay common to all entries factors out. An entry's terms change only when
+  it is written or recalled, and those writes recompute them. Stored as float32 they are within
+  2^-24 of the formulas (what that does to scores: docs/performance.md).
 - The semantic factor is the cosine of the stored codes (`golem.grimoire.quantise`) with the
   query rounded to int16 codes (`query_codes`): sem = dot / (scale * sqrt(max(norm2, 1))), where
   dot = sum codes x query codes and norm2 = sum codes^2 are integers, exact in int32 whatever the
   order of the additions (|dot| <= d * 127 * `query_max(d)` < 2^31). So SIMD width, blocking and
   threads cannot change a bit, and `golem.retrieval.semantic` (the scalar reference, Python
-  integers) gives the same float64. 16 rows at a time (`_dots16`): each row's codes widened to
-  int16 and multiplied in pairs (`pmaddwd`, fused into `vpdpwssd` where the CPU has it), then the
-  16 rows' lane sums reduced together by a transposing tree, so no row pays a horizontal sum.
+  integers) gives the same float64. ROWS rows at a time (`_dots`): each row's codes widened to
+  int16 and multiplied in pairs with the query's (`pmaddwd`), then the rows' lane sums folded
+  together, so no row pays a horizontal sum; four rows keep the accumulators in AVX2's sixteen
+  registers.
 - The slab is walked in blocks of `BLOCK` entries. Per block, pass 1 computes the integer dot
-  products and norms (the codes `PREFETCH_BYTES` ahead and the next block's entry columns are
-  prefetched, so loads stay in flight while the CPU computes; at a slab's end, the next Golem's
-  first rows and columns, because at 1,024 entries a slab is only four blocks and each Golem's scan
-  would otherwise start cold), pass 2 the factors and the score
-  of every entry of the block at once (SIMD across entries, branch-free: an ineligible entry gets
-  score -inf; the exponentials by `exp2` below instead of scalar libm calls), pass 3 the pool sums
-  and, for the few entries that beat a current best, the top-k insertions (a SIMD test skips the
-  scalar walk for blocks with none, i.e. almost all of them). The block's scratch lives on the
-  stack (L1-resident, and provably distinct from the inputs, so the compiler vectorises without
-  runtime alias checks). The slab is read once.
-- The emotional factor is `padm.pad_cosine_safe(tag, pad)`'s operations in its order (the tag's
-  norm per entry; nothing derived is stored), so it equals the reference bit for bit; charge
-  fading as in `padm.emotional_intensity_at`, by `exp2`. Only tagged entries need it (an untagged
-  one's is 0.5), and a prefilled Grimoire is mostly untagged (the bench's after one day: 12 %
-  tagged): a block with fewer than a quarter tagged computes it for those only, gathered; a
-  block with more, for all its entries in one vectorised loop, which costs less per entry than
-  the gathered loop, and without the reactivation boost's `exp2`, which the few reactivated
-  entries (3 % after ten days) then get in a second, gathered pass. Either way each entry gets
-  the reference's operations (a boost of 0 is added as 0.0), so the same bits.
-- `exp2` is a branch-free 2**x (round-to-nearest range reduction, degree-13 Taylor polynomial by
-  FMA, exponent from bits) that vectorises; it is within 1 ulp of libm, so the temporal factor
-  (0.995 ** hours = exp2(hours * log2 0.995)) and the charge decay differ from the reference's
-  `**` by ~1e-16 relative, far inside the 1e-9 the reference API promises.
+  products, pass 2 eligibility, the factors and the scores of every entry in one branch-free
+  vectorised loop (an ineligible entry gets score -inf), pass 3 the pool's sums, count, best
+  semantic match and best non-negative entry (four interleaved partial sums and maxima), then
+  the two top-k lists: an 8-entry group is walked only when its maximum beats the list's k-th,
+  and while a list is still filling (the slab's first block) only entries not below the k-th
+  best of the block's GROUP group maxima are offered (each maximum is a distinct entry, so an
+  entry below that bound has k better ones in the block). Entries are offered in slot order, so
+  ties keep the earlier slot. The block's scratch lives on the stack (L1-resident, and provably
+  distinct from the inputs, so the compiler vectorises without runtime alias checks). The slab is
+  read once.
+- The emotional factor: 0.5 untagged, else 0.5 + 0.5 cos * charge, cos the PAD cosine of tag and
+  mood under `padm.pad_cosine_safe`'s floors (`_emotional`).
+- `golem.retrieval.entry_factors` and `reference_retrieve` (Python) and `served_factors_batch`
+  compute the same operations on the same stored terms, so kernel and reference agree bit for
+  bit, scores included.
 - Pool sums (emotional factor, valence) are four interleaved partial sums per block (j mod 4),
   combined pairwise and added block by block: a fixed order, so deterministic on every machine;
   they agree with a sequential sum to ~1e-15 relative.
@@ -51,6 +53,9 @@ How it is fast and still exact (docs/performance.md has the measurements and the
 - Every slot below a slab's count holds an entry (`golem.grimoire`: entries are replaced, never
   removed), so the scan does not read the id column; untagged entries get the emotional factor
   0.5 and valence 0 whatever their p, a, d.
+
+`exp2` is a branch-free 2**x (degree-13 Taylor polynomial by FMA) within 2 ulp of libm, the same
+bits on every machine: the scan terms and a query's tau and gamma are made with it.
 
 `np_sum` is numpy's summation order for kernels elsewhere (the curator's, the appraisal's) that
 replace a numpy sum and must give its bits.
@@ -70,15 +75,17 @@ from numba.extending import intrinsic
 POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE, POOL_BEST_SEMANTIC = range(6)
 POOL_COLUMNS = 6
 
-#: entries per block (scratch: 7 float64, 2 int32 and 2 bool arrays of BLOCK = 16.9 KB, L1-resident)
+#: entries per block (scratch: 8 float64, 2 int32 and a bool array of BLOCK + 8 = 19 KB, L1-resident)
 BLOCK = 256
-#: rows whose dot products `_dots16` computes together
-ROWS = 16
-#: how far ahead of the row being scored its codes are prefetched (bandwidth x latency)
-PREFETCH_BYTES = 8192
-HOUR_MS = 3_600_000.0
-#: int8 codes per step of `_dots16` (one 64-byte vector of int16 after widening)
+#: rows whose dot products `_dots` computes together (4: the accumulators stay in AVX2's 16 registers)
+ROWS = 4
+#: int16 lanes per pmaddwd step (one 256-bit vector)
+LANES = 16
+#: int8 codes per iteration of `_dots` (two steps; code rows are padded to a multiple of it)
 CHUNK = 32
+#: interleaved groups whose maxima bound a block's k-th best while a top-k list is filling
+GROUP = 32
+HOUR_MS = 3_600_000.0
 
 
 def query_max(stride: int) -> int:
@@ -93,10 +100,10 @@ def _host_features() -> set[str]:
     return set(feats.split(","))
 
 
-#: pmaddwd on 512-bit vectors where the CPU has AVX-512 BW, on two 256-bit halves with AVX2, else
-#: plain vector IR (the same integers every way)
+#: pmaddwd on 256-bit vectors where the CPU has AVX2 (AVX-512 CPUs have it too), else plain vector
+#: IR (the same integers every way)
 _FEATURES = _host_features() if not config.CPU_NAME else set()
-_PMADD = "avx512" if "+avx512bw" in _FEATURES else ("avx2" if "+avx2" in _FEATURES else "generic")
+_PMADD = "avx2" if "+avx2" in _FEATURES else "generic"
 
 
 def _i32s(*idx):
@@ -104,119 +111,98 @@ def _i32s(*idx):
 
 
 def _pmadd(builder, a, b, how=None):
-    """<32 x i16> a, b -> <16 x i32>: lane l = a[2l] * b[2l] + a[2l+1] * b[2l+1] (exact)."""
+    """<16 x i16> a, b -> <8 x i32>: lane l = a[2l] * b[2l] + a[2l+1] * b[2l+1] (exact)."""
     how = how or _PMADD
-    i16 = ir.IntType(16)
-    if how == "avx512":
-        v = ir.VectorType(i16, 32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(ir.IntType(32), 16), [v, v]),
-                                            "llvm.x86.avx512.pmaddw.d.512")
-        return builder.call(fn, [a, b])
+    v16, v8 = ir.VectorType(ir.IntType(16), LANES), ir.VectorType(ir.IntType(32), LANES // 2)
     if how == "avx2":
-        v = ir.VectorType(i16, 16)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VectorType(ir.IntType(32), 8), [v, v]),
-                                            "llvm.x86.avx2.pmadd.wd")
-        lo, hi = _i32s(*range(16)), _i32s(*range(16, 32))
-        r0 = builder.call(fn, [builder.shuffle_vector(a, a, lo), builder.shuffle_vector(b, b, lo)])
-        r1 = builder.call(fn, [builder.shuffle_vector(a, a, hi), builder.shuffle_vector(b, b, hi)])
-        return builder.shuffle_vector(r0, r1, _i32s(*range(16)))
-    w = ir.VectorType(ir.IntType(32), 32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8, [v16, v16]), "llvm.x86.avx2.pmadd.wd")
+        return builder.call(fn, [a, b])
+    w = ir.VectorType(ir.IntType(32), LANES)
     prod = builder.mul(builder.sext(a, w), builder.sext(b, w))
-    return builder.add(builder.shuffle_vector(prod, prod, _i32s(*range(0, 32, 2))),
-                       builder.shuffle_vector(prod, prod, _i32s(*range(1, 32, 2))))
+    return builder.add(builder.shuffle_vector(prod, prod, _i32s(*range(0, LANES, 2))),
+                       builder.shuffle_vector(prod, prod, _i32s(*range(1, LANES, 2))))
 
 
-def _tree(builder, vs):
-    """ROWS vectors of 16 int32 lanes -> one vector whose lane r is the sum of vs[r]'s lanes: pairs
-    of vectors are folded level by level (adjacent lanes always belong to the same row)."""
-    ev, od = _i32s(*range(0, 32, 2)), _i32s(*range(1, 32, 2))
+def _fold(builder, vs):
+    """ROWS vectors of 8 int32 lanes -> one <ROWS x i32> whose lane r is the sum of vs[r]'s lanes:
+    adjacent lanes are added level by level, pairs of vectors at a time (so adjacent lanes always
+    belong to the same row), and the last level folds the vector onto itself."""
+    half = LANES // 2
+    ev, od = _i32s(*range(0, 2 * half, 2)), _i32s(*range(1, 2 * half, 2))
     while len(vs) > 1:
         vs = [builder.add(builder.shuffle_vector(x, y, ev), builder.shuffle_vector(x, y, od))
               for x, y in zip(vs[0::2], vs[1::2])]
-    return vs[0]
+    v = vs[0]
+    n = half                     # lanes: ROWS groups of n // ROWS partial sums each
+    while n > ROWS:
+        n //= 2
+        v = builder.add(builder.shuffle_vector(v, v, _i32s(*range(0, 2 * n, 2))),
+                        builder.shuffle_vector(v, v, _i32s(*range(1, 2 * n, 2))))
+    return v
 
 
 def _dots_intrinsic(how=None):
     @intrinsic
-    def dots16(typingctx, codes, row0, qcodes, qrow, dbuf, nbuf, j0):
-        """dbuf[j0 + r] = sum_t codes[row0 + r, t] * qcodes[qrow, t] and nbuf[j0 + r] = sum_t
-        codes[row0 + r, t]^2 for r < ROWS, in int32 (exact). codes: C-contiguous (rows, stride)
-        int8, qcodes (queries, stride) int16, stride a multiple of CHUNK; rows row0 .. row0 + 15
-        must exist; dbuf and nbuf int32 buffers."""
+    def dots(typingctx, codes, row0, qcodes, qrow, dbuf, j0):
+        """dbuf[j0 + r] = sum_t codes[row0 + r, t] * qcodes[qrow, t] for r < ROWS, in int32 (exact).
+        codes: C-contiguous (rows, stride) int8, qcodes (queries, stride) int16, stride a
+        positive multiple of CHUNK; rows row0 .. row0 + ROWS - 1 must exist; dbuf an int32 buffer."""
         if not (isinstance(codes, types.Array) and codes.dtype == types.int8 and codes.ndim == 2 and codes.layout == "C"
                 and isinstance(qcodes, types.Array) and qcodes.dtype == types.int16 and qcodes.ndim == 2):
             return None
-        sig = types.void(codes, types.intp, qcodes, types.intp, dbuf, nbuf, types.intp)
+        sig = types.void(codes, types.intp, qcodes, types.intp, dbuf, types.intp)
 
         def codegen(context, builder, signature, args):
             c_arr = context.make_array(signature.args[0])(context, builder, args[0])
             q_arr = context.make_array(signature.args[2])(context, builder, args[2])
             d_arr = context.make_array(signature.args[4])(context, builder, args[4])
-            n_arr = context.make_array(signature.args[5])(context, builder, args[5])
-            row0, qrow, j0 = args[1], args[3], args[6]
+            row0, qrow, j0 = args[1], args[3], args[5]
             intp = context.get_value_type(types.intp)
             stride = builder.extract_value(c_arr.shape, 1)
-            i8c, i16c = ir.VectorType(ir.IntType(8), CHUNK), ir.VectorType(ir.IntType(16), CHUNK)
-            v32 = ir.VectorType(ir.IntType(32), 16)
-            zero = ir.Constant(v32, [0] * 16)
+            i8c, i16c = ir.VectorType(ir.IntType(8), LANES), ir.VectorType(ir.IntType(16), LANES)
+            v8 = ir.VectorType(ir.IntType(32), LANES // 2)
+            zero = ir.Constant(v8, [0] * (LANES // 2))
             cbase = builder.gep(c_arr.data, [builder.mul(row0, stride)])
             qbase = builder.gep(q_arr.data, [builder.mul(qrow, stride)])
 
-            def step(off, dacc, nacc):
+            def step(off, acc):
                 qv = builder.load(builder.bitcast(builder.gep(qbase, [off]), i16c.as_pointer()), align=2)
-                nd, nn = [], []
+                out = []
                 for r in range(ROWS):
                     at = builder.add(builder.mul(ir.Constant(intp, r), stride), off)
                     cv = builder.sext(builder.load(builder.bitcast(builder.gep(cbase, [at]), i8c.as_pointer()), align=1), i16c)
-                    nd.append(builder.add(dacc[r], _pmadd(builder, cv, qv, how)))
-                    nn.append(builder.add(nacc[r], _pmadd(builder, cv, cv, how)))
-                return nd, nn
+                    out.append(builder.add(acc[r], _pmadd(builder, cv, qv, how)))
+                return out
 
-            fast = builder.append_basic_block("dots.d64")
-            check = builder.append_basic_block("dots.check")
+            entry = builder.block
             loop = builder.append_basic_block("dots.loop")
             done = builder.append_basic_block("dots.done")
-            builder.cbranch(builder.icmp_signed("==", stride, ir.Constant(intp, 2 * CHUNK)), fast, check)
-            builder.position_at_end(fast)          # d = 64 (the default): straight-line, two steps
-            fd, fn_ = step(ir.Constant(intp, 0), [zero] * ROWS, [zero] * ROWS)
-            fd, fn_ = step(ir.Constant(intp, CHUNK), fd, fn_)
-            fast_end = builder.block
-            builder.branch(done)
-            builder.position_at_end(check)
-            builder.cbranch(builder.icmp_signed(">", stride, ir.Constant(intp, 0)), loop, done)
-            builder.position_at_end(loop)
+            builder.branch(loop)
+            builder.position_at_end(loop)      # CHUNK codes an iteration: two steps of LANES
             off = builder.phi(intp)
-            off.add_incoming(ir.Constant(intp, 0), check)
-            dacc = [builder.phi(v32) for _ in range(ROWS)]
-            nacc = [builder.phi(v32) for _ in range(ROWS)]
-            for ph in dacc + nacc:
-                ph.add_incoming(zero, check)
-            ld, ln = step(off, dacc, nacc)
+            off.add_incoming(ir.Constant(intp, 0), entry)
+            acc = [builder.phi(v8) for _ in range(ROWS)]
+            for a in acc:
+                a.add_incoming(zero, entry)
+            mid = step(off, acc)
+            out = step(builder.add(off, ir.Constant(intp, LANES)), mid)
             nxt = builder.add(off, ir.Constant(intp, CHUNK))
-            off.add_incoming(nxt, loop)
-            for ph, v in zip(dacc + nacc, ld + ln):
-                ph.add_incoming(v, loop)
+            off.add_incoming(nxt, builder.block)
+            for a, v in zip(acc, out):
+                a.add_incoming(v, builder.block)
             builder.cbranch(builder.icmp_signed("<", nxt, stride), loop, done)
             builder.position_at_end(done)
-            outs = []
-            for fv, lv in zip(fd + fn_, ld + ln):
-                ph = builder.phi(v32)
-                ph.add_incoming(fv, fast_end)
-                ph.add_incoming(zero, check)
-                ph.add_incoming(lv, loop)
-                outs.append(ph)
-            td, tn = _tree(builder, outs[:ROWS]), _tree(builder, outs[ROWS:])
-            builder.store(td, builder.bitcast(builder.gep(d_arr.data, [j0]), v32.as_pointer()), align=4)
-            builder.store(tn, builder.bitcast(builder.gep(n_arr.data, [j0]), v32.as_pointer()), align=4)
+            res = _fold(builder, out)
+            builder.store(res, builder.bitcast(builder.gep(d_arr.data, [j0]), res.type.as_pointer()), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
-    return dots16
+    return dots
 
 
-_dots16 = _dots_intrinsic()
-#: the same products in plain vector IR, whatever the CPU (tests compare it with `_dots16`)
-_dots16_generic = _dots_intrinsic("generic")
+_dots = _dots_intrinsic()
+#: the same products in plain vector IR, whatever the CPU (tests compare it with `_dots`)
+_dots_generic = _dots_intrinsic("generic")
 
 
 @intrinsic
@@ -243,24 +229,6 @@ def _fma(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return types.float64(types.float64, types.float64, types.float64), codegen
-
-
-@intrinsic
-def _prefetch(typingctx, arr, idx):
-    """Hint the CPU to start loading the cache line holding the flat element idx of arr."""
-    if not isinstance(arr, types.Array):
-        return None
-
-    def codegen(context, builder, signature, args):
-        a = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), ir.IntType(8).as_pointer())
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32), ir.IntType(32)]),
-            "llvm.prefetch.p0")
-        builder.call(fn, [ptr, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, types.intp), codegen
 
 
 def _stack_block(dtype):
@@ -343,18 +311,14 @@ def exp2_array(x, out):
 
 
 @njit(cache=True, inline="always")
-def _dots_scalar(codes, row0, rows, qcodes, qrow, dbuf, nbuf, j0):
-    """`_dots16` for the last rows of the arena (fewer than ROWS left), one row at a time."""
+def _dots_scalar(codes, row0, rows, qcodes, qrow, dbuf, j0):
+    """`_dots` for the last rows of the arena (fewer than ROWS left), one row at a time."""
     stride = codes.shape[1]
     for r in range(rows):
         dt = 0
-        n2 = 0
         for t in range(stride):
-            c = np.int64(codes[row0 + r, t])
-            dt += c * np.int64(qcodes[qrow, t])
-            n2 += c * c
+            dt += np.int64(codes[row0 + r, t]) * np.int64(qcodes[qrow, t])
         dbuf[j0 + r] = dt
-        nbuf[j0 + r] = n2
 
 
 @njit(cache=True, inline="always")
@@ -364,24 +328,23 @@ def _semantic(dot, n2, qscale):
 
 
 @njit(cache=True)
-def dots16(codes, row0, qcodes, qrow, generic=False):
-    """(dot, norm2) int32 of rows row0 .. row0 + ROWS - 1 against query row qrow by `_dots16`
-    (or its plain-IR twin) and by the scalar loop (for tests): (vector, vector, scalar, scalar)."""
+def dots_rows(codes, row0, qcodes, qrow, generic=False):
+    """The dot products of rows row0 .. row0 + ROWS - 1 with query row qrow by `_dots` (or its
+    plain-IR twin) and by the scalar loop (for tests): (vector, scalar)."""
     dv = np.zeros(ROWS, np.int32)
-    nv = np.zeros(ROWS, np.int32)
     ds = np.zeros(ROWS, np.int32)
-    ns = np.zeros(ROWS, np.int32)
     if generic:
-        _dots16_generic(codes, row0, qcodes, qrow, dv, nv, 0)
+        _dots_generic(codes, row0, qcodes, qrow, dv, 0)
     else:
-        _dots16(codes, row0, qcodes, qrow, dv, nv, 0)
-    _dots_scalar(codes, row0, ROWS, qcodes, qrow, ds, ns, 0)
-    return dv, nv, ds, ns
+        _dots(codes, row0, qcodes, qrow, dv, 0)
+    _dots_scalar(codes, row0, ROWS, qcodes, qrow, ds, 0)
+    return dv, ds
 
 
 @njit(cache=True, inline="always")
 def _insert(slots, scores, k, slot, score):
-    """Keep (slots, scores) sorted by score descending, ties by earlier slot; size k."""
+    """Keep (slots, scores) sorted by score descending, ties by earlier slot; size k. Entries are
+    offered in slot order, so an equal score never displaces an earlier slot."""
     if score <= scores[k - 1]:
         return -1
     j = k - 1
@@ -394,6 +357,89 @@ def _insert(slots, scores, k, slot, score):
     return j
 
 
+# ----------------------------------------------------------------------------- the scan terms
+#: float32's smallest normal number: a scan term below it is stored as 0, so the scan never reads
+#: a subnormal (which some CPUs convert at a hundred times the cost); the factor it stands for is
+#: below 1e-38 then
+F32_TINY = 2.0 ** -126
+F32_MAX = 3.4028234663852886e38
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _f32_term(x):
+    return np.float32(min(x, F32_MAX)) if x >= F32_TINY else np.float32(0.0)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def recency_term(last_access_ms, epoch_ms, lg2_per_ms):
+    """An entry's stored recency, float32: 2^(-lg2_per_ms (last_access - epoch)), lg2_per_ms =
+    log2(temporal_base) / HOUR_MS. A retrieval at `now` multiplies it by 2^(lg2_per_ms (now -
+    epoch)): temporal_base ** hours since the last access, with one exp2 a query, not an entry."""
+    return _f32_term(exp2(-lg2_per_ms * np.float64(last_access_ms - epoch_ms)))
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def charge_term(i0, created_ms, reactivated, last_react_ms, epoch_ms, inv_hl, boost):
+    """An entry's stored charge, float32: (i0 2^((created - epoch) / H) + boost 2^((last_react -
+    epoch) / H) if reactivated with a time) / max(i0, 1e-8), inv_hl = 1 / H. Times
+    2^((epoch - now) / H) and capped at 1 it is SPEC §4.1's charge, intensity_at(now) / max(i0,
+    1e-8) clipped to [0, 1] (the min(1, .) of §2.6 folds into that cap, since i0 <= 1)."""
+    i = np.float64(i0)
+    x = i * exp2(np.float64(created_ms - epoch_ms) * inv_hl)
+    if reactivated and last_react_ms >= 0:
+        x = x + boost * exp2(np.float64(last_react_ms - epoch_ms) * inv_hl)
+    return _f32_term(x / max(i, 1e-8))
+
+
+@njit(cache=True, inline="always")
+def _scan_terms_at(s, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
+                   inv_hl, boost, norm2, recency, charge):
+    n2 = np.int32(0)
+    for t in range(codes.shape[1]):
+        c = np.int32(codes[s, t])
+        n2 += c * c
+    norm2[s] = n2
+    recency[s] = recency_term(last_access_ms[s], epoch_ms, lg2_per_ms)
+    charge[s] = charge_term(i0[s], created_ms[s], reactivated[s], last_react_ms[s], epoch_ms, inv_hl, boost)
+
+
+@njit(cache=True, parallel=True)
+def scan_terms(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
+               inv_hl, boost, norm2, recency, charge):
+    """The scan terms (norm2, recency, charge) of the entries at `slots`, from their columns."""
+    for t in prange(slots.size):
+        _scan_terms_at(slots[t], codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
+                       lg2_per_ms, inv_hl, boost, norm2, recency, charge)
+
+
+@njit(cache=True, parallel=True)
+def scan_terms_all(codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
+                   inv_hl, boost, norm2, recency, charge):
+    """`scan_terms` of every slot (a new epoch, new constants, a loaded state), without an index array."""
+    for s in prange(norm2.size):
+        _scan_terms_at(s, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
+                       lg2_per_ms, inv_hl, boost, norm2, recency, charge)
+
+
+@njit(cache=True, parallel=True)
+def scan_terms_stale(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
+                     inv_hl, boost, norm2, recency, charge):
+    """How many of `slots` hold scan terms other than their columns give now (0: all current);
+    `scan_terms` without writing."""
+    bad = 0
+    for t in prange(slots.size):
+        s = slots[t]
+        n2 = np.int32(0)
+        for u in range(codes.shape[1]):
+            c = np.int32(codes[s, u])
+            n2 += c * c
+        ok = ((norm2[s] == n2) & (recency[s] == recency_term(last_access_ms[s], epoch_ms, lg2_per_ms))
+              & (charge[s] == charge_term(i0[s], created_ms[s], reactivated[s], last_react_ms[s], epoch_ms, inv_hl,
+                                          boost)))
+        bad += not ok
+    return bad
+
+
 # ----------------------------------------------------------------------------- retrieval
 @njit(cache=True, inline="always")
 def _tag_valence(s, has_tag, p):
@@ -404,64 +450,92 @@ def _tag_valence(s, has_tag, p):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _emotional(p, a, d, cp, ca, cd, cn, i0, created_ms, boosted, last_react_ms, now_ms, inv_hl, react_boost,
-               charge_fading):
-    """A tagged entry's emotional factor: padm.pad_cosine_safe(tag, pad) operation for operation
-    (cn: the current PAD's norm, floored), faded by the charge left (padm.emotional_intensity_at
-    / i0) when charge_fading; `boosted`: reactivated with a time, so the boost's exp2 is only
-    evaluated then (base + 0.0 otherwise, as the reference adds a boost of 0)."""
+def _temporal(age_ms, recency, tau):
+    """The temporal factor from the stored recency (`recency_term`) and the query's tau: 1 at the
+    moment of the last access (0.995^0, whatever float32's rounding of recency), never above."""
+    return 1.0 if age_ms == 0.0 else min(1.0, np.float64(recency) * tau)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _emotional(tagged, p, a, d, cp, ca, cd, cn, charge, gamma, charge_fading):
+    """The emotional factor (SPEC §4.1) of an entry: 0.5 untagged; tagged, 0.5 + 0.5 cos ch, where
+    cos is the PAD cosine of tag and mood (pad_cosine_safe's floors: the tag's norm and cn, the
+    mood's, at least 1e-8) and ch the charge left, min(1, charge * gamma) (`charge_term`), or 1
+    without charge fading."""
     tp, ta, td = np.float64(p), np.float64(a), np.float64(d)
-    dt = tp * cp + ta * ca + td * cd
-    pc = (dt / (max(np.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn) + 1.0) / 2.0
-    if charge_fading:
-        i0j = np.float64(i0)
-        base = i0j * exp2(np.float64(created_ms - now_ms) * inv_hl)
-        boost = react_boost * exp2(np.float64(last_react_ms - now_ms) * inv_hl) if boosted else 0.0
-        inten = min(1.0, base + boost)
-        pc = 0.5 + (pc - 0.5) * min(1.0, max(0.0, inten / max(i0j, 1e-8)))
-    return pc
+    cs = (tp * cp + ta * ca + td * cd) / (max(np.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn)
+    ch = min(1.0, np.float64(charge) * gamma) if charge_fading else 1.0
+    return 0.5 + 0.5 * cs * ch if tagged else 0.5
+
+
+@njit(cache=True, inline="always")
+def _kth(vals, k, tmp):
+    """The k-th largest of vals (-inf with fewer than k finite ones)."""
+    for i in range(k):
+        tmp[i] = -np.inf
+    for i in range(vals.size):
+        v = vals[i]
+        if v > tmp[k - 1]:
+            j = k - 1
+            while j > 0 and tmp[j - 1] < v:
+                tmp[j] = tmp[j - 1]
+                j -= 1
+            tmp[j] = v
+    return tmp[k - 1]
+
+
+@njit(cache=True, inline="always")
+def _group_bound(buf, m, k, gm, tmp):
+    """A lower bound of the k-th best of buf[:m]: the k-th largest of the maxima of GROUP
+    interleaved groups (each maximum is a distinct entry's value). -inf where m < GROUP * k."""
+    if m < GROUP * k:
+        return -np.inf
+    for u in range(GROUP):
+        gm[u] = buf[u]
+    for j in range(GROUP, m - m % GROUP, GROUP):
+        for u in range(GROUP):
+            gm[u] = max(gm[u], buf[j + u])
+    return _kth(gm, k, tmp)
+
+
+@njit(cache=True, inline="always")
+def _max8(b, j):
+    return max(max(max(b[j], b[j + 1]), max(b[j + 2], b[j + 3])), max(max(b[j + 4], b[j + 5]), max(b[j + 6], b[j + 7])))
 
 
 @njit(cache=True, error_model="numpy")
-def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
-                    codes, last_access_ms, window_ms, status, importance, sal, confidence,
-                    has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
-                    weights, temporal_base, half_life_ms, react_boost, charge_fading,
-                    k, sal_cap, min_conf, live,
+def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
+                    codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
+                    has_tag, p_tag, a_tag, d_tag, recency, charge,
+                    weights, charge_fading, k, sal_cap, min_conf, live,
                     out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
     """Row gi of a batch: Golem golems[gi]'s slab scored against query row gi (see the module doc).
     min_conf < 0 (or NaN): no confidence floor, and the confidence column is not read."""
-    stride = codes.shape[1]
     n_rows = codes.shape[0]
-    lg2_per_ms = math.log2(temporal_base) / HOUR_MS
-    inv_hl = 1.0 / half_life_ms
     w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
-    # block scratch on this call's stack (per thread when Golems run in parallel)
-    dot_b = carray(_stack_i32(), BLOCK)
-    nrm_b = carray(_stack_i32(), BLOCK)
-    sem_b = carray(_stack_f64(), BLOCK)
-    tmp_b = carray(_stack_f64(), BLOCK)
-    emo_b = carray(_stack_f64(), BLOCK)
-    pv_b = carray(_stack_f64(), BLOCK)
-    sv_b = carray(_stack_f64(), BLOCK)
-    sh_b = carray(_stack_f64(), BLOCK)
-    nn_b = carray(_stack_f64(), BLOCK)
-    ix_b = carray(_stack_i32(), BLOCK)
-    ir_b = carray(_stack_i32(), BLOCK)
-    ok_b = carray(_stack_bool(), BLOCK)
-    cf_b = carray(_stack_bool(), BLOCK)
+    # block scratch on this call's stack (per thread when Golems run in parallel); 8 spare cells
+    # for the 8-entry groups of pass 3
+    dot_b = carray(_stack_i32(), BLOCK + 8)
+    sem_b = carray(_stack_f64(), BLOCK + 8)
+    tmp_b = carray(_stack_f64(), BLOCK + 8)
+    emo_b = carray(_stack_f64(), BLOCK + 8)
+    pv_b = carray(_stack_f64(), BLOCK + 8)
+    se_b = carray(_stack_f64(), BLOCK + 8)
+    sv_b = carray(_stack_f64(), BLOCK + 8)
+    sh_b = carray(_stack_f64(), BLOCK + 8)
+    nn_b = carray(_stack_f64(), BLOCK + 8)
+    ok_b = carray(_stack_i32(), BLOCK + 8)
+    cf_b = carray(_stack_bool(), BLOCK + 8)
     floor = min_conf >= 0.0
     if not floor:
         for j in range(BLOCK):
             cf_b[j] = True
-    pd_rows = max(ROWS, PREFETCH_BYTES // stride)   # rows of prefetch distance
+    gm = np.empty(GROUP)
+    kt = np.empty(k)
     sh_v = np.empty(k)
     g = golems[gi]
     lo = g * cap
     n = count[g]
-    # the next Golem of the batch (the next this thread scans), prefetched at this slab's end
-    nxt_lo = golems[gi + 1] * cap if gi + 1 < golems.size else 0
-    nxt_n = count[golems[gi + 1]] if gi + 1 < golems.size else 0
     qs = qscale[gi]
     cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
     cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
@@ -482,57 +556,20 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     best_sem = -np.inf          # the best semantic match of the pool (novelty, SPEC §5)
     for b0 in range(0, n, BLOCK):
         m = min(BLOCK, n - b0)
-        mpad = (m + 3) // 4 * 4
+        m8 = (m + 7) // 8 * 8
         s0 = lo + b0
-        # pass 1: integer dot products and norms, ROWS rows at a time, reading ahead
+        # pass 1: the integer dot products, ROWS rows at a time
         for j in range(0, m, ROWS):
-            r0 = s0 + j
-            ahead = b0 + j + pd_rows
-            if ahead < n:
-                x = (r0 + pd_rows) * stride
-                for t in range(0, ROWS * stride, 64):
-                    _prefetch(codes, x + t)
-            elif ahead - n < nxt_n:
-                # past this slab's end: the next Golem's first rows, so its scan starts warm
-                x = (nxt_lo + ahead - n) * stride
-                for t in range(0, ROWS * stride, 64):
-                    _prefetch(codes, x + t)
-            if r0 + ROWS <= n_rows:
-                _dots16(codes, r0, qcodes, gi, dot_b, nrm_b, j)
+            if s0 + j + ROWS <= n_rows:
+                _dots(codes, s0 + j, qcodes, gi, dot_b, j)
             else:
-                _dots_scalar(codes, r0, n_rows - r0, qcodes, gi, dot_b, nrm_b, j)
-            # the next block's entry columns: the lines of its rows j .. j + ROWS - 1 (64-byte
-            # lines: 8 int64 / float64, 16 float32 and 64 one-byte values each)
-            x = -1
-            if b0 + BLOCK + j < n:
-                x = s0 + BLOCK + j
-            elif j < nxt_n:
-                x = nxt_lo + j        # past this slab's end: the next Golem's first block
-            if x >= 0:
-                for u in range(0, ROWS, 8):
-                    _prefetch(last_access_ms, x + u)
-                    _prefetch(window_ms, x + u)
-                    _prefetch(created_ms, x + u)
-                    _prefetch(last_react_ms, x + u)
-                _prefetch(p_tag, x)
-                _prefetch(a_tag, x)
-                _prefetch(d_tag, x)
-                _prefetch(i0, x)
-                _prefetch(importance, x)
-                _prefetch(sal, x)
-                if floor:
-                    _prefetch(confidence, x)
-                if j % 64 == 0:
-                    _prefetch(status, x)
-                    _prefetch(has_tag, x)
-                    _prefetch(reactivated, x)
+                _dots_scalar(codes, s0 + j, n_rows - s0 - j, qcodes, gi, dot_b, j)
         if floor:
             xconf = confidence[s0:s0 + m]
             for j in range(m):
                 cf_b[j] = np.float64(xconf[j]) >= min_conf
-        # pass 2: eligibility and the factors for the whole block, branch-free, one vectorised
-        # loop (the scratch is on the stack, so no runtime alias checks). An ineligible entry gets
-        # score -inf and emotional factor and valence 0, so pass 3 needs no test for it.
+        # pass 2: eligibility, the factors and the scores of the block, branch-free in one
+        # vectorised loop; an ineligible entry gets score -inf and emotional factor and valence 0
         xst = status[s0:s0 + m]
         xla = last_access_ms[s0:s0 + m]
         xwin = window_ms[s0:s0 + m]
@@ -540,72 +577,47 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         xp = p_tag[s0:s0 + m]
         xa = a_tag[s0:s0 + m]
         xd = d_tag[s0:s0 + m]
-        xi0 = i0[s0:s0 + m]
-        xcr = created_ms[s0:s0 + m]
-        xre = reactivated[s0:s0 + m]
-        xlr = last_react_ms[s0:s0 + m]
+        xn2 = norm2[s0:s0 + m]
+        xre = recency[s0:s0 + m]
+        xch = charge[s0:s0 + m]
         ximp = importance[s0:s0 + m]
         xsal = sal[s0:s0 + m]
-        # 2a: eligibility and the temporal factor
         for j in range(m):
             tg = xtag[j]
             pv = np.float64(xp[j]) if tg else 0.0
             age = np.float64(now_ms - xla[j])
             ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
-            ok_b[j] = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
-            pv_b[j] = pv
-            tmp_b[j] = exp2(age * lg2_per_ms)
-        # 2b: the emotional factor (`_emotional`; an untagged entry's is 0.5 whatever its p, a, d
-        # and charge). Most entries of a prefilled Grimoire are untagged: where fewer than a
-        # quarter of the block's are tagged, their positions are gathered branch-free and only
-        # they are computed, the boost's exp2 only for the reactivated; otherwise every entry in
-        # one vectorised loop without the boost (the gathered loop does not vectorise and costs
-        # more per entry), then the few reactivated again with it
-        nt = 0
-        nr = 0
-        for j in range(m):
-            ix_b[nt] = j
-            nt += xtag[j]
-            ir_b[nr] = j
-            nr += xtag[j] & xre[j] & (xlr[j] >= 0) & charge_fading
-        if 4 * nt >= m:
-            for j in range(m):
-                e = _emotional(xp[j], xa[j], xd[j], cp, ca, cd, cn, xi0[j], xcr[j], False, 0, now_ms,
-                               inv_hl, react_boost, charge_fading)
-                emo_b[j] = e if xtag[j] else 0.5
-            for t in range(nr):
-                j = ir_b[t]
-                emo_b[j] = _emotional(xp[j], xa[j], xd[j], cp, ca, cd, cn, xi0[j], xcr[j], True, xlr[j], now_ms,
-                                      inv_hl, react_boost, charge_fading)
-        else:
-            for j in range(m):
-                emo_b[j] = 0.5
-            for t in range(nt):
-                j = ix_b[t]
-                emo_b[j] = _emotional(xp[j], xa[j], xd[j], cp, ca, cd, cn, xi0[j], xcr[j],
-                                      xre[j] & (xlr[j] >= 0), xlr[j], now_ms, inv_hl, react_boost, charge_fading)
-        # 2c: semantic and emotional factors, the scores
-        for j in range(m):
-            ok = ok_b[j]
-            pv = pv_b[j]
-            sem = _semantic(dot_b[j], nrm_b[j], qs)
-            emo = emo_b[j]
-            score = w0 * sem + w1 * tmp_b[j] + w2 * np.float64(ximp[j]) + w3 * emo
+            ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+            sem = _semantic(dot_b[j], xn2[j], qs)
+            tmp = _temporal(age, xre[j], tau)
+            emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, charge_fading)
+            score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
             sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
             sem_b[j] = sem
-            pv_b[j] = pv if ok else 0.0
+            tmp_b[j] = tmp
+            ok_b[j] = ok
             emo_b[j] = emo if ok else 0.0
+            pv_b[j] = pv if ok else 0.0
+            se_b[j] = sem if ok else -np.inf
             sv_b[j] = (sh if live else score) if ok else -np.inf
             sh_b[j] = sh if ok else -np.inf
             nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
-        # pass 3a: pool sums, four interleaved partial sums per block (fixed order)
-        for j in range(m, mpad):
+        for j in range(m, m8):
+            ok_b[j] = 0
             emo_b[j] = 0.0
             pv_b[j] = 0.0
-            ok_b[j] = False
+            se_b[j] = -np.inf
+            sv_b[j] = -np.inf
+            sh_b[j] = -np.inf
+            nn_b[j] = -np.inf
+        # pass 3a: the pool's sums (four interleaved partial sums: a fixed order), its count, best
+        # semantic match and best non-negative score
         e0 = e1 = e2 = e3 = 0.0
         v0 = v1 = v2 = v3 = 0.0
-        for j in range(0, mpad, 4):
+        q0 = q1 = q2 = q3 = -np.inf
+        z0 = z1 = z2 = z3 = -np.inf
+        nb = 0
+        for j in range(0, m8, 4):
             e0 += emo_b[j]
             e1 += emo_b[j + 1]
             e2 += emo_b[j + 2]
@@ -614,33 +626,41 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             v1 += pv_b[j + 1]
             v2 += pv_b[j + 2]
             v3 += pv_b[j + 3]
+            q0 = max(q0, se_b[j])
+            q1 = max(q1, se_b[j + 1])
+            q2 = max(q2, se_b[j + 2])
+            q3 = max(q3, se_b[j + 3])
+            z0 = max(z0, nn_b[j])
+            z1 = max(z1, nn_b[j + 1])
+            z2 = max(z2, nn_b[j + 2])
+            z3 = max(z3, nn_b[j + 3])
+            nb += ok_b[j] + ok_b[j + 1] + ok_b[j + 2] + ok_b[j + 3]
         sum_emo += (e0 + e1) + (e2 + e3)
         sum_val += (v0 + v1) + (v2 + v3)
-        for j in range(m):
-            n_el += ok_b[j]
-            best_sem = max(best_sem, sem_b[j] if ok_b[j] else -np.inf)
-        # pass 3b: best non-negative entry and the two top-k lists, in slot order; one branch
-        # per entry, taken only by entries that beat a current best (rare, predictable)
-        t1 = best_nn_score
+        best_sem = max(best_sem, max(max(q0, q1), max(q2, q3)))
+        n_el += nb
+        bn = max(max(z0, z1), max(z2, z3))
+        if bn > best_nn_score:          # the first entry with the block's best: ties keep the earlier
+            for j in range(m):
+                if nn_b[j] == bn:
+                    best_nn = s0 + j
+                    break
+            best_nn_score = bn
+        # pass 3b: the two top-k lists, in slot order, offered only the entries of 8-entry groups
+        # that can enter them: above the list's k-th (it only rises) and, while a list is still
+        # filling, not below the k-th best of the block's group maxima (`_group_bound`)
         t2 = top_v[k - 1]
         t3 = sh_v[k - 1]
-        # thresholds only rise: an entry that does not beat them now never will in this
-        # block, and after the first blocks most blocks have no such entry at all (SIMD test)
-        hits = 0
-        for j in range(m):
-            hits += (nn_b[j] > t1) | (sv_b[j] > t2) | (sh_b[j] > t3)
-        if hits == 0:
-            continue
-        for j in range(m):
-            nn = nn_b[j]
-            sv = sv_b[j]
-            sh = sh_b[j]
-            if (nn > t1) | (sv > t2) | (sh > t3):
-                if nn > t1:
-                    best_nn_score = nn
-                    best_nn = s0 + j
-                    t1 = nn
-                if sv > t2:
+        b2 = _group_bound(sv_b, m, k, gm, kt) if t2 == -np.inf else -np.inf
+        b3 = _group_bound(sh_b, m, k, gm, kt) if t3 == -np.inf else -np.inf
+        for j0 in range(0, m8, 8):
+            a8 = _max8(sv_b, j0)
+            c8 = _max8(sh_b, j0)
+            if not (((a8 > t2) & (a8 >= b2)) | ((c8 > t3) & (c8 >= b3))):
+                continue
+            for j in range(j0, j0 + 8):
+                sv = sv_b[j]
+                if (sv > t2) & (sv >= b2):
                     pos = _insert(top_s, top_v, k, s0 + j, sv)
                     # keep the factors aligned with the served order
                     for r in range(k - 1, pos, -1):
@@ -653,7 +673,8 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
                     f[pos, 2] = np.float64(ximp[j])
                     f[pos, 3] = emo_b[j]
                     t2 = top_v[k - 1]
-                if sh > t3:
+                sh = sh_b[j]
+                if (sh > t3) & (sh >= b3):
                     _insert(sh_s, sh_v, k, s0 + j, sh)
                     t3 = sh_v[k - 1]
     # the served entries' tags and valences, read while the slab's columns are still in cache
@@ -669,28 +690,25 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
 
 
 @njit(cache=True, error_model="numpy")
-def retrieve_batch(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
-                   codes, last_access_ms, window_ms, status, importance, sal, confidence,
-                   has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
-                   weights, temporal_base, half_life_ms, react_boost, charge_fading,
-                   k, sal_cap, min_conf, live,
+def retrieve_batch(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
+                   codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
+                   has_tag, p_tag, a_tag, d_tag, recency, charge,
+                   weights, charge_fading, k, sal_cap, min_conf, live,
                    out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
     """Four-factor retrieval for a batch of Golems, one after the other (see the module doc)."""
     for gi in range(golems.size):
-        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
-                        codes, last_access_ms, window_ms, status, importance, sal, confidence,
-                        has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
-                        weights, temporal_base, half_life_ms, react_boost, charge_fading,
-                        k, sal_cap, min_conf, live,
+        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
+                        codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
+                        has_tag, p_tag, a_tag, d_tag, recency, charge,
+                        weights, charge_fading, k, sal_cap, min_conf, live,
                         out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
 
 
 @njit(cache=True, error_model="numpy", parallel=True)
-def retrieve_batch_parallel(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
-                            codes, last_access_ms, window_ms, status, importance, sal, confidence,
-                            has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
-                            weights, temporal_base, half_life_ms, react_boost, charge_fading,
-                            k, sal_cap, min_conf, live,
+def retrieve_batch_parallel(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
+                            codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
+                            has_tag, p_tag, a_tag, d_tag, recency, charge,
+                            weights, charge_fading, k, sal_cap, min_conf, live,
                             out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
     """`retrieve_batch` with the Golems spread over numba's threads (NUMBA_NUM_THREADS).
 
@@ -698,11 +716,10 @@ def retrieve_batch_parallel(golems, count, cap, qcodes, qscale, cur_pad, valence
     same, bit for bit, whatever the number of threads or their scheduling.
     """
     for gi in prange(golems.size):
-        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms,
-                        codes, last_access_ms, window_ms, status, importance, sal, confidence,
-                        has_tag, p_tag, a_tag, d_tag, i0, created_ms, reactivated, last_react_ms,
-                        weights, temporal_base, half_life_ms, react_boost, charge_fading,
-                        k, sal_cap, min_conf, live,
+        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
+                        codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
+                        has_tag, p_tag, a_tag, d_tag, recency, charge,
+                        weights, charge_fading, k, sal_cap, min_conf, live,
                         out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
 
 
@@ -922,7 +939,8 @@ def rumination_window(ix, slots, valence, neg_share):
 @njit(cache=True, parallel=True, nogil=True)
 def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count, acted_lo, acted_hi,
                   ids, topic, has_outcome, confidence, outcome,
-                  tagged, factors, context_topics, cosine, reactivated, react_count, last_react_ms):
+                  tagged, factors, context_topics, cosine, reactivated, react_count, last_react_ms,
+                  recency, charge, i0, created_ms, epoch_ms, lg2_per_ms, inv_hl, boost):
     """What a recall does to the served entries, and the columns `decide` reads of them.
 
     For every served slot (>= 0; a row's slots are distinct, and slabs are per Golem, so no two
@@ -938,7 +956,8 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     Reactivation (SPEC §2.6) in the same pass: a served cell that is tagged, whose semantic factor
     (factors[i, r, 0], NaN counted as -1) is >= `cosine` and whose entry's topic is one of row i of
     `context_topics` is re-lived: reactivated[s] = True, react_count[s] + 1, last_react_ms[s] =
-    now. The last output is that (Golems x k) mask.
+    now. The last output is that (Golems x k) mask. The scan terms these change follow: recency
+    (`recency_term` of now) for every served entry, charge (`charge_term`) for a re-lived one.
 
     The served entries lie anywhere in their slabs and are out of cache after the scan, so
     every numpy gather or scatter of them is mostly cache misses, waited for one array after the
@@ -956,6 +975,7 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
     ring = acted_lo.shape[1]
     now_lo = np.uint32(now_ms & 0xFFFFFFFF)
     now_hi = np.uint16(now_ms >> 32)
+    fresh = recency_term(now_ms, epoch_ms, lg2_per_ms)
     for i in prange(b):
         for r in range(k):
             o_shadow[i, r] = ids[max(shadow[i, r], 0)]
@@ -963,6 +983,7 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
             if s < 0:
                 continue
             last_access_ms[s] = now_ms
+            recency[s] = fresh
             access_count[s] += 1
             acted_on_count[s] += 1
             pos = (acted_on_count[s] - 1) % ring
@@ -982,6 +1003,7 @@ def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_
                         reactivated[s] = True
                         react_count[s] += 1
                         last_react_ms[s] = now_ms
+                        charge[s] = charge_term(i0[s], created_ms[s], True, now_ms, epoch_ms, inv_hl, boost)
                         o_react[i, r] = True
                         break
     for i in range(b):      # empty cells read slot 0, once every touch is done
@@ -1009,36 +1031,21 @@ def charge_at(i0, created_ms, reactivated, last_react_ms, now_ms, half_life_ms, 
 
 
 @njit(cache=True, error_model="numpy")
-def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, codes, last_access_ms, p, a, d, i0, created_ms,
-                         last_react_ms, reactivated, has_tag, importance, temporal_base, half_life_ms,
-                         react_boost, charge_fading, two, out):
-    """out[i] = the four factors of entry slots[i] for query codes row i and cur_pad[i], the
-    operations of `golem.retrieval.entry_factors` in its order (so the same bits): the semantic
-    factor from the exact integer products, powers by libm's pow as Python's `**` computes them,
-    np.maximum/np.minimum where the reference uses them. For the few entries anti-rumination puts
-    in a served set. `two` is 2.0, passed in: with the constant LLVM turns pow(2, x) into exp2(x),
-    which differs from pow in the last bit now and then."""
+def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, tau, gamma, codes, norm2, last_access_ms, recency,
+                         charge, p, a, d, has_tag, importance, charge_fading, out):
+    """out[i] = the four factors of entry slots[i] for query codes row i and cur_pad[i], as the
+    retrieval kernel computes them (`_semantic`, `_temporal`, `_emotional`: the same operations,
+    so the same bits), for the few entries anti-rumination puts in a served set."""
     dbuf = np.empty(1, np.int32)
-    nbuf = np.empty(1, np.int32)
     for i in range(slots.size):
         s = slots[i]
-        _dots_scalar(codes, s, 1, qcodes, i, dbuf, nbuf, 0)
-        sem = _semantic(dbuf[0], nbuf[0], qscale[i])
-        temporal = temporal_base ** (np.float64(now_ms - last_access_ms[s]) / HOUR_MS)
-        ps, as_, ds = np.float64(p[s]), np.float64(a[s]), np.float64(d[s])
+        _dots_scalar(codes, s, 1, qcodes, i, dbuf, 0)
         cp, ca, cd = cur_pad[i, 0], cur_pad[i, 1], cur_pad[i, 2]
-        dot = ps * cp + as_ * ca + ds * cd
-        emo = (dot / (np.maximum(np.sqrt(ps * ps + as_ * as_ + ds * ds), 1e-8)
-                      * np.maximum(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)) + 1.0) / 2.0
-        if charge_fading:
-            i0s = np.float64(i0[s])
-            now_i = charge_at(i0[s], created_ms[s], reactivated[s], last_react_ms[s], now_ms, half_life_ms,
-                              react_boost, two)
-            emo = 0.5 + (emo - 0.5) * np.minimum(1.0, np.maximum(0.0, now_i / np.maximum(i0s, 1e-8)))
-        out[i, 0] = sem
-        out[i, 1] = temporal
+        cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
+        out[i, 0] = _semantic(dbuf[0], norm2[s], qscale[i])
+        out[i, 1] = _temporal(np.float64(now_ms - last_access_ms[s]), recency[s], tau)
         out[i, 2] = np.float64(importance[s])
-        out[i, 3] = emo if has_tag[s] else 0.5
+        out[i, 3] = _emotional(has_tag[s], p[s], a[s], d[s], cp, ca, cd, cn, charge[s], gamma, charge_fading)
     return out
 
 

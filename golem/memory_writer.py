@@ -141,7 +141,7 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     att = np.where(c["force_internal"], 1, att).astype(np.int8)
     topic_codes = np.fromiter(map(topic_code, topics), dtype=np.int32, count=topics.size)
     values = {
-        "created_ms": now_ms, "last_access_ms": now_ms, "window_ms": sc["window_ms"],
+        "created_ms": now_ms, "last_access_ms": now_ms, "window_ms": sc["window_ms"].astype(np.float32),   # as stored
         "category": c["category"], "topic": topic_codes, "scope": c["scope"], "kind": c["kind"],
         "confidence": conf, "importance": c["importance"], "salience": sc["salience"],
         "decay_class": sc["decay_class"], "has_tag": c["has_tag"], "p": c["p"], "a": c["a"], "d": c["d"],

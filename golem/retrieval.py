@@ -6,6 +6,7 @@ reference below is the spec written out entry by entry and is what the kernel is
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numba
@@ -72,49 +73,62 @@ def semantic(codes, qcodes, qscale: float) -> float:
     """The semantic factor (SPEC §4.1: cosine of entry and query) as stored: the cosine of an
     entry's int8 codes (`grimoire.quantise`) with the query's codes (`query_codes`),
     dot / (qscale * sqrt(norm2)), dot and norm2 = sum of codes^2 exact integers (norm2 taken as at
-    least 1, so zero codes give 0). The kernel computes the same integers with SIMD and then these
-    float operations, so the two agree bit for bit."""
+    least 1, so zero codes give 0). The kernel computes the same integers with SIMD (norm2 is
+    stored, `Grimoire.norm2`) and then these float operations, so the two agree bit for bit."""
     dot = sum(int(c) * int(q) for c, q in zip(codes.tolist(), qcodes.tolist()))
     n2 = sum(int(c) * int(c) for c in codes.tolist())
     return dot / (float(qscale) * math.sqrt(max(n2, 1)))
 
 
+def query_terms(gr: Grimoire, now_ms: int) -> tuple[float, float]:
+    """(tau, gamma): what a retrieval at `now_ms` multiplies the stored recency and charge by
+    (`kernels.recency_term`, `kernels.charge_term`): 2^(log2(base) (now - epoch) / 1 h) and
+    2^((epoch - now) / half-life), one exp2 each a query, by the kernels' exp2."""
+    epoch, lg2_per_ms, inv_hl, _ = gr.scan_constants()
+    dt = float(now_ms - epoch)
+    return float(kernels.exp2(lg2_per_ms * dt)), float(kernels.exp2(-dt * inv_hl))
+
+
 def entry_factors(gr: Grimoire, s: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams):
-    """The four factors of one slot, straight from the SPEC formulas (scalar reference); the
-    semantic factor of the stored codes (`semantic`)."""
+    """The four factors of one slot as the retrieval scores them (scalar reference): the semantic
+    factor of the stored codes (`semantic`); temporal = min(1, recency * tau) (1 at age 0) and the charge
+    min(1, charge * gamma) from the stored terms (`query_terms`); the emotional factor 0.5 for an
+    untagged entry, else 0.5 + 0.5 cos * charge with cos the PAD cosine of tag and mood under
+    `padm.pad_cosine_safe`'s floors. Operation for operation the kernel's, so the same bits;
+    within ~1e-7 of the SPEC formulas on the columns (the stored terms are float32)."""
     c = gr.cols
     qc, qs = query_codes(query, gr.codes.shape[1])
     sem = semantic(gr.codes[s], qc[0], qs[0])
-    hours = (now_ms - int(c["last_access_ms"][s])) / HOUR_MS
+    tau, gamma = query_terms(gr, now_ms)
+    age = float(now_ms - int(c["last_access_ms"][s]))
+    temporal = 1.0 if age == 0.0 else min(1.0, float(gr.recency[s]) * tau)
     if c["has_tag"][s]:
-        tag = (float(c["p"][s]), float(c["a"][s]), float(c["d"][s]))
-        emo = padm.pad_cosine_safe(tag, cur_pad)
-        if prm.charge_fading:
-            i0 = float(c["i0"][s])
-            lr = int(c["last_react_ms"][s])
-            now_i = padm.emotional_intensity_at(i0, int(c["created_ms"][s]), now_ms, bool(c["reactivated"][s]),
-                                                lr if lr >= 0 else None, prm.half_life_days, prm.reactivation_boost)
-            emo = padm.faded_emotional_factor(emo, padm.charge(i0, now_i))
+        tp, ta, td = float(c["p"][s]), float(c["a"][s]), float(c["d"][s])
+        cp, ca, cd = (float(x) for x in cur_pad)
+        cn = max(math.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
+        cos = (tp * cp + ta * ca + td * cd) / (max(math.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn)
+        ch = min(1.0, float(gr.charge[s]) * gamma) if prm.charge_fading else 1.0
+        emo = 0.5 + 0.5 * cos * ch
     else:
         emo = 0.5
-    return sem, hours, float(c["importance"][s]), emo
+    return sem, temporal, float(c["importance"][s]), emo
 
 
 def served_factors(gr: Grimoire, slots: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
                    prm: RetrievalParams) -> np.ndarray:
     """(n, 4) factors of slots[i] for queries[i] and cur_pad[i] as a retrieval records them
-    (semantic, 0.995^hours, importance, emotional): `entry_factors` over entries, operation for
+    (semantic, temporal, importance, emotional): `entry_factors` over entries, operation for
     operation, so bit for bit equal to it (one numba pass, `kernels.served_factors_batch`; the
     queries are float32, as `retrieve` takes them)."""
     c = gr.cols
     slots = np.ascontiguousarray(slots, dtype=np.int64)
+    gr.prepare_scan(prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, now_ms)
+    tau, gamma = query_terms(gr, now_ms)
     qc, qs = query_codes(np.asarray(queries, dtype=np.float32), gr.codes.shape[1])
     return kernels.served_factors_batch(
-        slots, qc, qs, np.ascontiguousarray(cur_pad, dtype=np.float64),
-        np.int64(now_ms), gr.codes, c["last_access_ms"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"],
-        c["last_react_ms"], c["reactivated"], c["has_tag"], c["importance"], prm.temporal_base,
-        prm.half_life_days * 86_400_000.0, prm.reactivation_boost, prm.charge_fading, 2.0,
-        np.empty((slots.size, 4)))
+        slots, qc, qs, np.ascontiguousarray(cur_pad, dtype=np.float64), np.int64(now_ms), tau, gamma, gr.codes,
+        gr.norm2, c["last_access_ms"], gr.recency, gr.charge, c["p"], c["a"], c["d"], c["has_tag"], c["importance"],
+        prm.charge_fading, np.empty((slots.size, 4)))
 
 
 def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms: int, prm: RetrievalParams,
@@ -123,8 +137,11 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
 
     Eligible: an entry (every slot below the slab's count holds one), not archived, not expired
     (age from the last access below twice the window), confidence >= min_conf if given, and of
-    the asked valence sign if any (tagged, p > 0 or p < 0)."""
+    the asked valence sign if any (tagged, p > 0 or p < 0). The score is the weighted sum of
+    `entry_factors` (SPEC §4.1), times 1 + salience * cap when the salience rank is live."""
     c = gr.cols
+    gr.prepare_scan(prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, now_ms)
+    w = prm.weights
     rows = []
     for s in range(g * gr.capacity, g * gr.capacity + int(gr.count[g])):
         if c["status"][s] == ARCHIVED:
@@ -138,11 +155,11 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
             continue
         if valence_sign < 0 and not (c["has_tag"][s] and pv < 0):
             continue
-        sem, hours, imp, emo = entry_factors(gr, s, query, cur_pad, now_ms, prm)
-        score = four_factor_score(sem, hours, imp, emo, prm.weights, prm.temporal_base)
+        sem, temporal, imp, emo = entry_factors(gr, s, query, cur_pad, now_ms, prm)
+        score = w[0] * sem + w[1] * temporal + w[2] * imp + w[3] * emo
         if prm.live:
             score *= 1.0 + float(c["salience"][s]) * prm.salience_cap
-        rows.append((s, score, (sem, prm.temporal_base ** hours, imp, emo)))
+        rows.append((s, score, (sem, temporal, imp, emo)))
     rows.sort(key=lambda r: (-r[1], r[0]))
     return rows[: prm.top_k]
 
@@ -163,6 +180,23 @@ class RetrievalResult:
                          # valence, best non-negative slot and score, best semantic match (-inf: none)
     tagged: np.ndarray | None = None     # filled by every retrieval before it returns
     valence: np.ndarray | None = None
+
+
+#: GOLEM_CHECK_SCAN=1: every retrieval first checks that the scan terms of one slot in
+#: `CHECK_STRIDE` of the queried slabs (the next one each time) are what their columns give
+#: (`Grimoire.scan_is_current`): a write that forgot `refresh_scan` fails there. The test suite
+#: sets it.
+CHECK_SCAN = os.environ.get("GOLEM_CHECK_SCAN", "") not in ("", "0")
+CHECK_STRIDE = 4
+_checks = [0]
+
+
+def _check_scan(gr: Grimoire, golems: np.ndarray) -> None:
+    first = _checks[0] % CHECK_STRIDE
+    _checks[0] += 1
+    slots = (golems[:, None] * gr.capacity + np.arange(first, gr.capacity, CHECK_STRIDE)).ravel()
+    if not gr.scan_is_current(slots):
+        raise AssertionError("stale scan terms: a write of the Grimoire's columns did not call refresh_scan")
 
 
 #: a batch scanning at least this many entries runs its Golems on numba's threads
@@ -190,13 +224,16 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     kernel = kernels.retrieve_batch
     if b > 1 and numba.get_num_threads() > 1 and int(gr.count[golems].sum()) >= PARALLEL_MIN_ENTRIES:
         kernel = kernels.retrieve_batch_parallel   # same result bit for bit, Golems over threads
+    gr.prepare_scan(prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, now_ms)
+    if CHECK_SCAN:
+        _check_scan(gr, golems)
+    tau, gamma = query_terms(gr, now_ms)
     qc, qs = query_codes(np.asarray(queries, dtype=np.float32), gr.codes.shape[1])
     kernel(
         golems, gr.count, gr.capacity, qc, qs, np.ascontiguousarray(cur_pad, dtype=np.float64), vs, np.int64(now_ms),
-        gr.codes, c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"],
-        c["confidence"], c["has_tag"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"],
-        c["reactivated"], c["last_react_ms"], np.asarray(prm.weights, dtype=np.float64),
-        prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, prm.charge_fading,
+        tau, gamma, gr.codes, gr.norm2, c["last_access_ms"], c["window_ms"], c["status"], c["importance"],
+        c["salience"], c["confidence"], c["has_tag"], c["p"], c["a"], c["d"], gr.recency, gr.charge,
+        np.asarray(prm.weights, dtype=np.float64), prm.charge_fading,
         k, prm.salience_cap, -1.0 if min_conf is None else float(min_conf), prm.live,
         out.slots, out.scores, out.factors, out.shadow, out.pool, out.tagged, out.valence)
     return out
@@ -236,7 +273,8 @@ def recall(gr: Grimoire, slots: np.ndarray, shadow: np.ndarray, now_ms: int, tag
                                 *(c[name] for name in SERVED_COLUMNS[:-1]),   # access_count is above
                                 np.ascontiguousarray(tagged, dtype=np.bool_), np.asarray(factors, dtype=np.float64),
                                 np.ascontiguousarray(context_topics, dtype=np.int64), float(cosine),
-                                c["reactivated"], c["react_count"], c["last_react_ms"])
+                                c["reactivated"], c["react_count"], c["last_react_ms"],
+                                gr.recency, gr.charge, c["i0"], c["created_ms"], *gr.scan_constants())
     return dict(zip(SERVED_COLUMNS + ("shadow_id", "reactivated"), got))   # the kernel returns them in this order
 
 
@@ -252,7 +290,7 @@ def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, 
 
 
 __all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",
-           "recall", "anti_rumination", "entry_factors", "served_factors", "query_codes", "semantic"]
+           "recall", "anti_rumination", "entry_factors", "served_factors", "query_codes", "query_terms", "semantic"]
 
 
 # --- alternative profiles: six-factor [C] and somatic HDC (§11) ------------------------------------

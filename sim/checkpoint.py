@@ -65,8 +65,8 @@ from sim.scenario import InputError
 
 #: the checkpoint layout (batched Clade deliveries, arrays as raw .npy records, checksums, reflex
 #: firings as a dict, push latencies in ms, act times as 48 bits, plain dicts as key and value
-#: lists, the Grimoire's int-keyed dicts as arrays); resume refuses others
-FORMAT = 8
+#: lists, the Grimoire's int-keyed dicts as arrays, the epoch of its scan terms); resume refuses others
+FORMAT = 9
 _TAPE_ARRAYS = ("time_ms", "open", "high", "low", "close", "volume", "tvl", "gas", "funding", "regime", "normal_vol")
 _STATE = re.compile(r"state-(\d{5,})\.json$")
 _OURS = re.compile(r"state-(\d{5,})\.(?:json|arrays)(?:\.tmp)?$")
@@ -248,7 +248,9 @@ def save(world, ckdir: Path) -> Path:
     # per-slot arrays (columns, embeddings, HDC fingerprints...) keep only the used slots, lazily:
     # a big arena is copied one array at a time, if at all; other arrays (count) whole
     slot_arrays = {f"gr/{k}": col for k, col in gr.cols.items()}
-    slot_arrays.update({f"gr.{k}": v for k, v in vars(gr).items() if isinstance(v, np.ndarray)})
+    # the scan terms are not saved: a resume recomputes them from the columns (`refresh_scan`)
+    slot_arrays.update({f"gr.{k}": v for k, v in vars(gr).items()
+                        if isinstance(v, np.ndarray) and k not in gm.Grimoire.SCAN_TERMS})
     for k, v in slot_arrays.items():
         if v.shape[:1] == (n_slots,):
             arrays[k] = (lambda c=v: c) if full else (lambda c=v: c[used])
@@ -483,13 +485,14 @@ class Checkpoint:
             col[:] = pristine.cols[k][0]
             col[used] = a[f"gr/{k}"]
         for k, v in vars(gr).items():
-            if isinstance(v, np.ndarray) and k != "count":
+            if isinstance(v, np.ndarray) and k != "count" and k not in gm.Grimoire.SCAN_TERMS:
                 if v.shape[:1] == (n_slots,):
                     v[:] = 0
                     v[used] = a[f"gr.{k}"]
                 else:
                     v[...] = a[f"gr.{k}"]
         _restore_plain(gr, m["grimoire"], a, "gr:")
+        gr.refresh_scan()           # from the restored columns and epoch: the terms the run had
         mind_arrays = {k[5:]: v.copy() for k, v in a.items() if k.startswith("mind/")}
         if hasattr(world.mind, "restore_state"):
             world.mind.restore_state(mind_arrays)

@@ -210,7 +210,7 @@ class Tables:
             event_kind=_strings(e["event_kind"]),
             content=content, confidence=e["confidence"], importance=e["importance"], salience=e["salience"],
             decay_class=Names(gm.DECAY_CLASSES, e["decay_class"]), ttl_days=e["ttl_days"],
-            window_days=e["window_ms"] / 86_400_000, has_tag=e["has_tag"], p=e["p"], a=e["a"], d=e["d"],
+            window_days=np.asarray(e["window_ms"], dtype=np.float64) / 86_400_000, has_tag=e["has_tag"], p=e["p"], a=e["a"], d=e["d"],
             emotion=Names(padm.EMOTION_CODES, e["emotion"]), intensity=e["i0"], label=Names(gm.LABELS, e["label"]),
             attribution=Names(gm.ATTRIBUTIONS, e["attribution"]), arousal_bias=e["arousal_bias"],
             flashbulb=e["flashbulb"], provenance=e["provenance"], outcome=e["outcome"], has_outcome=e["has_outcome"],

@@ -102,7 +102,9 @@ class World:
         self.stats = Stats()
         self.clade_names = self._clade_names()
         self.pop = self._population()
-        self.gr = gm.Grimoire(self.pop.n, cfg.grimoire.capacity, cfg.grimoire.embedding_dim)
+        self.gr = gm.Grimoire(self.pop.n, cfg.grimoire.capacity, cfg.grimoire.embedding_dim,
+                              temporal_base=cfg.retrieval.temporal_base, half_life_ms=cfg.decay.half_life_days * gm.DAY_MS,
+                              react_boost=cfg.decay.reactivation_boost)   # the scan terms' constants
         group = np.repeat(np.arange(len(scenario.golems)), [g.count for g in scenario.golems])
         self.mind = Mind(cfg, self.pop, self.gr, tape.assets, tape.regime_names, seed, protocols=tape.protocols,
                          strategies=self.plugins.strategy_table(), hooks=self.plugins.hook_table(group))
@@ -256,6 +258,7 @@ class World:
                     c["salience"][slots], c["window_ms"][slots] = v
                 else:
                     c[name][slots] = v
+        gr.refresh_scan()           # the times were written after the inserts
 
     # ---------------------------------------------------------------- processes
     def market(self, first=None):

@@ -12,6 +12,9 @@ import polars as pl
 import pytest
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# every retrieval in the tests first checks the Grimoire's scan terms against its columns
+# (golem.retrieval.CHECK_SCAN): a write that forgets Grimoire.refresh_scan fails the test it is in
+os.environ.setdefault("GOLEM_CHECK_SCAN", "1")
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 

@@ -102,6 +102,7 @@ def test_faded_tag_drifts_to_neutral_and_reactivation_restores_its_pull():
     conf_before = gr.cols["confidence"].copy()
     gr.cols["reactivated"][0] = True
     gr.cols["last_react_ms"][0] = 30 * DAY
+    gr.refresh_scan([0])                              # written directly, not by a recall
     again = retrieve(gr, np.array([0]), q, mood, 30 * DAY, prm).factors[0, 0, 3]
     assert again > emo[3] + 0.15                     # 0.3 boost over i0 0.8: charge back to ~0.375
     assert np.array_equal(gr.cols["confidence"], conf_before)

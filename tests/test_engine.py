@@ -86,8 +86,8 @@ def test_population_is_refused_with_its_estimate_where_it_does_not_fit():
     """100,000 Golems x 1,024 entries: a clean refusal naming the estimate, before anything is allocated."""
     from sim.errors import InputError
     from sim.run import prepare
-    with pytest.raises(InputError, match=r"needs about 21\.9 GiB of memory \(Grimoire 20\.1 GiB = 100,000 Golems "
-                                         r"x 1,024 entries x 211 B.*more than the 16\.0 GiB of GOLEM_MEMORY_LIMIT"):
+    with pytest.raises(InputError, match=r"needs about 22\.7 GiB of memory \(Grimoire 20\.9 GiB = 100,000 Golems "
+                                         r"x 1,024 entries x 219 B.*more than the 16\.0 GiB of GOLEM_MEMORY_LIMIT"):
         prepare(SCENARIOS / "population.yaml", environ={"GOLEM_MEMORY_LIMIT": "16GiB"}, record=False)
 
 
@@ -100,8 +100,8 @@ def test_a_recorded_population_is_refused_for_its_push_wave_and_told_to_run_with
     from sim.errors import InputError
     from sim.run import prepare
     monkeypatch.setattr(resources, "available", lambda environ=None: (23 * 2**30, "test room"))
-    with pytest.raises(InputError, match=r"needs about 78\.9 GiB .*push wave 55\.8 GiB\), more than the 23\.0 GiB "
-                                         r"of test room; .*, or --no-record \(without tables it needs about 21\.9 GiB\)$"):
+    with pytest.raises(InputError, match=r"needs about 79\.7 GiB .*push wave 55\.8 GiB\), more than the 23\.0 GiB "
+                                         r"of test room; .*, or --no-record \(without tables it needs about 22\.7 GiB\)$"):
         prepare(SCENARIOS / "population.yaml")
     prepare(SCENARIOS / "population.yaml", record=False)
 

@@ -149,7 +149,8 @@ def test_embeddings_are_unit_and_memory_per_entry_is_O_d():
         norms = np.linalg.norm(gr.emb[16:21], axis=1)
         assert np.allclose(norms, 1.0, atol=1e-6)
         assert gr.bytes_per_entry() <= 2 * d + 128
-    assert gm.Grimoire(1, 1, 64).bytes_per_entry() == 64 + 129 + 18   # codes, the columns, the act-time ring (3 x 6 B)
+    # codes, the columns, the act-time ring (3 x 6 B), the scan terms (norm2, recency, charge)
+    assert gm.Grimoire(1, 1, 64).bytes_per_entry() == 64 + 125 + 18 + 12
 
 
 def test_quantise_by_hand():

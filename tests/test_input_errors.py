@@ -338,6 +338,6 @@ def test_validate_checks_the_memory_of_the_run_it_is_told_of():
     path = str(Path(__file__).resolve().parents[1] / "scenarios" / "population.yaml")
     rec = CliRunner().invoke(app, ["validate", path], env={"GOLEM_MEMORY_LIMIT": "10GiB"})
     plain = CliRunner().invoke(app, ["validate", path, "--no-record"], env={"GOLEM_MEMORY_LIMIT": "10GiB"})
-    one_line_error(rec.exit_code, rec.output, "needs about 78.9 GiB", "push wave 55.8 GiB")
-    line = one_line_error(plain.exit_code, plain.output, "needs about 21.9 GiB")
+    one_line_error(rec.exit_code, rec.output, "needs about 79.7 GiB", "push wave 55.8 GiB")
+    line = one_line_error(plain.exit_code, plain.output, "needs about 22.7 GiB")
     assert "push wave" not in line and "buffers" not in line

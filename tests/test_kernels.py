@@ -1,8 +1,10 @@
 """The fused retrieval kernel (golem.kernels.retrieve_batch via golem.retrieval.retrieve) against
-the scalar reference (golem.retrieval.reference_retrieve, the SPEC §4.1 formulas entry by entry).
+the scalar reference (golem.retrieval.reference_retrieve: the SPEC §4.1 formulas entry by entry,
+on what the Grimoire stores), and what is stored against the SPEC formulas on the columns.
 
-Same ids in the same order, scores and the four factors within 1e-9, on random arenas; the salience
-shadow ranking and the eligible pool's statistics against a plain Python computation.
+Same ids in the same order, the same scores and four factors bit for bit, on random arenas; the
+salience shadow ranking and the eligible pool's statistics against a plain Python computation; the
+stored scan terms (recency, charge) within float32's rounding of the formulas.
 """
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 # ----------------------------------------------------------------------------- random arenas
 @st.composite
-def arenas(draw):
+def arenas(draw, caps=(1, 48)):
     """A Grimoire with everything retrieval looks at drawn at random, plus one query per Golem."""
     n_golems = draw(st.integers(1, 4))
-    cap = draw(st.integers(1, 48))
+    cap = draw(st.integers(*caps))
     dim = draw(st.integers(4, 64))
     seed = draw(st.integers(0, 2**32 - 1))
     p_tag = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))   # 0.1: the kernel gathers a block's few tagged entries
@@ -79,6 +81,7 @@ def arenas(draw):
         for col in c.values():
             col[s] = col[src]
         gr.codes[s] = gr.codes[src]
+    gr.refresh_scan()                                                  # the columns were written directly
     q = _unit(rng.standard_normal((n_golems, dim))).astype(np.float32)
     pad = rng.uniform(-1, 1, (n_golems, 3))
     pad[rng.uniform(size=n_golems) < 0.15] = 0.0                       # a calm Golem: zero PAD query
@@ -139,8 +142,9 @@ def eligible_rows(gr, g, q, pad, prm, min_conf, vs):
     for s in range(g * gr.capacity, g * gr.capacity + int(gr.count[g])):
         if s not in keep:
             continue
-        sem, hours, imp, emo = rt.entry_factors(gr, s, q, tuple(pad), NOW, prm)
-        score = rt.four_factor_score(sem, hours, imp, emo, prm.weights, prm.temporal_base)
+        sem, temporal, imp, emo = rt.entry_factors(gr, s, q, tuple(pad), NOW, prm)
+        w = prm.weights
+        score = w[0] * sem + w[1] * temporal + w[2] * imp + w[3] * emo
         val = float(c["p"][s]) if c["has_tag"][s] else 0.0
         rows.append((s, score, emo, val))
     return rows
@@ -169,13 +173,9 @@ def test_kernel_agrees_with_reference(arena, prm, flt):
         got = [int(s) for s in res.slots[i] if s >= 0]
         assert got == [s for s, _, _ in ref]
         for r, (s, score, fac) in enumerate(ref):
-            assert abs(res.scores[i, r] - score) <= TOL
-            assert np.all(np.abs(res.factors[i, r] - np.array(fac)) <= TOL), (res.factors[i, r], fac)
-            # the semantic factor is the same integers and float operations: bit for bit; so is
-            # the emotional factor without charge fading (pad_cosine_safe's operations)
-            assert res.factors[i, r, 0] == fac[0]
-            if not prm.charge_fading:
-                assert res.factors[i, r, 3] == fac[3]
+            # the same integers and float operations on the same stored terms: bit for bit
+            assert res.scores[i, r] == score
+            assert res.factors[i, r].tolist() == list(fac), (res.factors[i, r], fac)
         assert np.all(res.slots[i, len(ref):] == -1)
 
 
@@ -203,7 +203,7 @@ def test_shadow_ranking_and_pool_statistics(arena, prm, flt):
         if nonneg:
             top = ranked(nonneg, lambda r: r[1], 1)[0]
             assert best == top
-            assert abs(best_score - next(r[1] for r in nonneg if r[0] == top)) <= TOL
+            assert best_score == next(r[1] for r in nonneg if r[0] == top)
         else:
             assert best == -1 and best_score == -np.inf
 
@@ -225,14 +225,15 @@ def test_repeatable_and_batch_independent(arena, prm):
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 400), st.integers(0, 2**32 - 1), st.booleans())
 def test_dot_products_are_the_integer_sums(d, seed, extreme):
-    """The kernel's 16-row dot products and norms (pmaddwd where the CPU has it, the plain-IR twin,
-    the scalar loop for the arena's last rows) = Python's integer sums; and the semantic factor of
-    the kernel = `rt.semantic` bit for bit. `extreme`: every code at +-127 and the query at its
-    largest, the int32 bound of `kernels.query_max`."""
+    """The kernel's dot products of ROWS rows (pmaddwd where the CPU has it, the plain-IR twin, the
+    scalar loop for the arena's last rows) and the stored squared norms = Python's integer sums;
+    and the semantic factor of the kernel = `rt.semantic` bit for bit. `extreme`: every code at
+    +-127 and the query at its largest, the int32 bound of `kernels.query_max`."""
     rng = np.random.default_rng(seed)
     gr = Grimoire(1, 40, d)
     v = rng.choice([-1.0, 1.0], (40, d)) if extreme else rng.standard_normal((40, d))
     gr.codes[:] = quantise(v, gr.codes.shape[1])
+    gr.refresh_scan()
     qv = (rng.choice([-1.0, 1.0], (3, d)) if extreme else rng.standard_normal((3, d))).astype(np.float32)
     qc, qs = rt.query_codes(qv, gr.codes.shape[1])
     assert np.abs(qc).max() <= kernels.query_max(gr.codes.shape[1])
@@ -240,9 +241,9 @@ def test_dot_products_are_the_integer_sums(d, seed, extreme):
     want_d = [sum(int(a) * int(b) for a, b in zip(gr.codes[row0 + r], qc[2])) for r in range(kernels.ROWS)]
     want_n = [sum(int(a) ** 2 for a in gr.codes[row0 + r]) for r in range(kernels.ROWS)]
     for generic in (False, True):
-        dv, nv, ds, ns = kernels.dots16(gr.codes, row0, qc, 2, generic)
+        dv, ds = kernels.dots_rows(gr.codes, row0, qc, 2, generic)
         assert dv.tolist() == want_d and ds.tolist() == want_d
-        assert nv.tolist() == want_n and ns.tolist() == want_n
+    assert gr.norm2[row0:row0 + kernels.ROWS].tolist() == want_n
     gr.count[0] = 40
     gr.cols["window_ms"][:] = math.inf
     gr.cols["importance"][:] = 0.5
@@ -257,6 +258,7 @@ def test_semantic_factor_by_hand():
     gr = Grimoire(1, 3, 4)
     gr.emb[0] = [2.0, 0, 0, 0]
     gr.codes[1, :4] = [3, 4, 0, 0]
+    gr.refresh_scan([1])
     qc, qs = rt.query_codes(np.array([[1, 0, 0, 0]], np.float32), gr.codes.shape[1])
     assert qc[0, :4].tolist() == [32767, 0, 0, 0] and qs[0] == 32767.0
     assert gr.codes[0, :4].tolist() == [127, 0, 0, 0]
@@ -296,6 +298,7 @@ def test_untagged_and_zero_pad_are_neutral():
     c["p"][:4] = [0.9, 0.0, 0.5, -0.7]        # untagged entries' P, A, D are never read
     c["a"][:4] = [0.5, 0.0, 0.5, 0.9]
     c["i0"][:4] = [0.0, 0.5, 0.5, 0.0]
+    gr.refresh_scan()
     res = rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32) / np.sqrt(8), np.array([[0.5, 0.5, 0.5]]),
                       NOW, _params(retrieval__top_k=4))
     emo = {int(s): res.factors[0, r, 3] for r, s in enumerate(res.slots[0])}
@@ -329,6 +332,7 @@ def test_parallel_kernel_is_the_serial_kernel():
     for k in "pad":
         c[k][:] = rng.uniform(-1, 1, n)
     c["i0"][:] = rng.uniform(0, 1, n)
+    gr.refresh_scan()
     golems = rng.permutation(gr.n_golems)
     q = _unit(rng.standard_normal((golems.size, 16))).astype(np.float32)
     pad = rng.uniform(-1, 1, (golems.size, 3))
@@ -346,11 +350,11 @@ def test_parallel_kernel_is_the_serial_kernel():
     for a in out:
         a.fill(0)
     qc, qs = rt.query_codes(q, gr.codes.shape[1])
-    args = (golems, gr.count, gr.capacity, qc, qs, pad, np.zeros(golems.size, np.int8), np.int64(NOW), gr.codes,
-            c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"], c["confidence"],
-            c["has_tag"], c["p"], c["a"], c["d"], c["i0"], c["created_ms"], c["reactivated"],
-            c["last_react_ms"], np.asarray(prm.weights), prm.temporal_base, prm.half_life_days * DAY_MS,
-            prm.reactivation_boost, prm.charge_fading, prm.top_k, prm.salience_cap, -1.0, prm.live, *out)
+    tau, gamma = rt.query_terms(gr, NOW)
+    args = (golems, gr.count, gr.capacity, qc, qs, pad, np.zeros(golems.size, np.int8), np.int64(NOW), tau, gamma,
+            gr.codes, gr.norm2, c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"],
+            c["confidence"], c["has_tag"], c["p"], c["a"], c["d"], gr.recency, gr.charge,
+            np.asarray(prm.weights), prm.charge_fading, prm.top_k, prm.salience_cap, -1.0, prm.live, *out)
     kernels.retrieve_batch_parallel(*args)        # whatever retrieve() chose, run the parallel one too
     for name, par in zip(names, out):
         np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
@@ -367,8 +371,7 @@ def test_served_factors_are_entry_factors_bit_for_bit(arena, prm, seed):
     slots = golem * gr.capacity + rng.integers(0, gr.capacity, 40)
     got = rt.served_factors(gr, slots, q[golem], pad[golem], NOW, prm)
     for i, (g, s) in enumerate(zip(golem, slots)):
-        sem, hours, imp, emo = rt.entry_factors(gr, int(s), q[g], tuple(pad[g]), NOW, prm)
-        assert got[i].tolist() == [sem, prm.temporal_base ** hours, imp, emo]
+        assert got[i].tolist() == list(rt.entry_factors(gr, int(s), q[g], tuple(pad[g]), NOW, prm))
 
 
 def _numpy_reactivate(cols: dict, slots, tagged, semantic, entry_topic, context_topics, now_ms, cosine):
@@ -404,6 +407,7 @@ def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one
     c["outcome"][:] = rng.standard_normal(n)
     for name in ("access_count", "acted_on_count"):
         c[name][:] = rng.integers(0, 50, n)
+    gr.refresh_scan()
     res = rt.retrieve(gr, np.arange(gr.n_golems), q, pad, NOW, prm)
     slots = res.slots.copy()
     if replace_one and (slots[0] >= 0).any():     # as anti-rumination does: a served cell changes
@@ -435,6 +439,7 @@ def test_recall_is_the_numpy_scatters_then_gathers(arena, prm, seed, replace_one
     want["last_access_ms"][s] = now
     for name in want:
         np.testing.assert_array_equal(c[name], want[name], err_msg=name)
+    assert gr.scan_is_current()          # the touched recencies and the re-lived charges followed
     np.testing.assert_array_equal((gr.acted_hi.astype(np.int64) << 32) | gr.acted_lo, acts)
     safe = np.where(slots >= 0, slots, 0)
     for name in rt.SERVED_COLUMNS:
@@ -447,7 +452,8 @@ def test_served_factors_charge_with_a_reactivation_boost_by_hand():
     """A charged tag whose own charge has faded, lifted by a reactivation (SPEC §2.6): i0 0.75
     written 30 days ago (half-life 3 days: 0.75 * 2^-10 = 0.000732421875 left), reactivated 3 days
     ago (boost 0.3 * 2^-1 = 0.15); the mood matches the tag (cosine 1, raw factor 1), so the
-    emotional factor is 0.5 + 0.5 * (0.150732421875 / 0.75) = 0.60048828125."""
+    emotional factor is 0.5 + 0.5 * (0.150732421875 / 0.75) = 0.60048828125, and the temporal
+    factor 0.995^10: both to float32's rounding of the stored recency and charge."""
     gr = Grimoire(1, 4, 4)
     c = gr.cols
     gr.count[0] = 1
@@ -461,41 +467,188 @@ def test_served_factors_charge_with_a_reactivation_boost_by_hand():
     c["reactivated"][0] = True
     c["last_react_ms"][0] = NOW - 3 * DAY_MS
     c["importance"][0] = 0.5
+    gr.refresh_scan()
     prm = _params()                                 # the spec's half-life 3 days and boost 0.3
     got = rt.served_factors(gr, np.array([0]), np.array([[1, 0, 0, 0]], np.float32), np.array([[1.0, 0.0, 0.0]]), NOW, prm)
     assert got[0, 0] == 1.0
-    assert got[0, 1] == pytest.approx(0.995 ** 10, rel=1e-15)
+    assert got[0, 1] == pytest.approx(0.995 ** 10, rel=2**-23)
     assert got[0, 2] == 0.5
-    assert got[0, 3] == pytest.approx(0.60048828125, abs=1e-12)
+    assert got[0, 3] == pytest.approx(0.60048828125, rel=2**-23)
 
 
-def test_served_factors_powers_of_two_are_pow_not_exp2():
-    """Charge decay is 2 ** x as the reference computes it (libm pow). Compiled with a constant 2,
-    pow(2, x) becomes exp2(x), which differs in the last bit for about 1 x in 1,000: found here by
-    search, then served as reactivation ages where that bit reaches the emotional factor (boost 1,
-    i0 1, the entry's own charge long gone, cosine 1: factor = 0.5 + 0.5 * 2 ** x)."""
-    h_ms = 3 * DAY_MS
-    ages = np.random.default_rng(0).integers(0, 5 * DAY_MS, 100_000).tolist()
-    ages = [a for a in ages if math.exp2(-a / h_ms) != 2.0 ** (-a / h_ms)][:64]
-    assert len(ages) == 64
-    n = len(ages)
-    gr = Grimoire(1, n, 4)
+def _spec_factors(gr, s, query, pad, now, prm):
+    """The four factors of slot s straight from the SPEC formulas on its columns (float64, libm's
+    pow), with the semantic factor of the stored codes: what the stored terms stand for."""
+    from golem import pad as padm
     c = gr.cols
-    gr.count[0] = n
-    gr.emb[:] = [1, 0, 0, 0]
+    qc, qs = rt.query_codes(query, gr.codes.shape[1])
+    sem = rt.semantic(gr.codes[s], qc[0], qs[0])
+    temporal = prm.temporal_base ** ((now - int(c["last_access_ms"][s])) / 3_600_000)
+    emo = 0.5
+    if c["has_tag"][s]:
+        emo = padm.pad_cosine_safe((float(c["p"][s]), float(c["a"][s]), float(c["d"][s])), tuple(pad))
+        if prm.charge_fading:
+            i0, lr = float(c["i0"][s]), int(c["last_react_ms"][s])
+            now_i = padm.emotional_intensity_at(i0, int(c["created_ms"][s]), now, bool(c["reactivated"][s]),
+                                                lr if lr >= 0 else None, prm.half_life_days, prm.reactivation_boost)
+            emo = padm.faded_emotional_factor(emo, padm.charge(i0, now_i))
+    return sem, temporal, float(c["importance"][s]), emo
+
+
+@FAST
+@given(arenas(), params, st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 40]))
+def test_stored_terms_give_the_spec_factors_to_float32_rounding(arena, prm, seed, days_on):
+    """What storing recency and charge as float32 does (docs/performance.md): each factor of
+    `entry_factors` (the kernel's, bit for bit) is the SPEC formula's on the columns within 2^-23
+    relative (temporal; below 2^-126, stored as 0) and 2^-22 absolute (emotional), at
+    the arena's time and days later (past the epoch's span at a half-life of 0.5 days: a rebase)."""
+    gr, q, pad = arena
+    rng = np.random.default_rng(seed)
+    now = NOW + days_on * DAY_MS
+    slots = rng.integers(0, gr.n_golems * gr.capacity, 30)
+    golem = slots // gr.capacity
+    rt.served_factors(gr, slots, q[golem], pad[golem], now, prm)        # prepares the scan for now
+    assert gr.scan_is_current() and abs(now - gr.epoch_ms) <= gr.rebase_span_ms()
+    for s, g in zip(slots.tolist(), golem.tolist()):
+        sem, temporal, imp, emo = rt.entry_factors(gr, s, q[g], tuple(pad[g]), now, prm)
+        spec = _spec_factors(gr, s, q[g], pad[g], now, prm)
+        assert sem == spec[0] and imp == spec[2]
+        assert temporal == pytest.approx(min(1.0, spec[1]), rel=2**-23, abs=2**-126)   # below: stored as 0
+        assert emo == pytest.approx(spec[3], abs=2**-22)
+
+
+def test_scan_terms_by_hand():
+    """recency = 0.995^-(hours since the epoch) and charge = i0 2^(days / 3) / i0 (+ the boost's
+    0.3 2^(days / 3) / i0 once reactivated), in float32; zero codes have norm2 0, an untouched
+    entry at the epoch recency 1. Terms below float32's smallest normal are stored as 0."""
+    gr = Grimoire(1, 4, 4)
+    c = gr.cols
+    gr.codes[0, :4] = [3, 4, 0, 0]
+    c["last_access_ms"][:4] = [0, 10 * 3_600_000, -100 * 3_600_000, -10**12]
+    c["i0"][:4] = [0.5, 0.5, 0.25, 0.5]
+    c["created_ms"][:4] = [0, 3 * DAY_MS, -6 * DAY_MS, -10**12]
+    c["reactivated"][2] = True
+    c["last_react_ms"][2] = 3 * DAY_MS
+    gr.refresh_scan()
+    assert gr.norm2.tolist() == [25, 0, 0, 0]
+    assert gr.recency[0] == 1.0 and gr.recency[3] == 0.0
+    assert gr.recency[1] == pytest.approx(0.995 ** -10, rel=2**-24)
+    assert gr.recency[2] == pytest.approx(0.995 ** 100, rel=2**-24)
+    assert gr.charge[0] == 1.0 and gr.charge[1] == 2.0 and gr.charge[3] == 0.0
+    assert gr.charge[2] == pytest.approx((0.25 * 2.0 ** -2 + 0.3 * 2.0) / 0.25, rel=2**-24)     # 2.65
+
+
+def test_writes_through_the_grimoire_keep_the_scan_terms_current(monkeypatch):
+    """insert (new entries, evictions), the embeddings' setter and recall (touches, reactivation)
+    refresh the terms they change; a direct write does not, and a checked retrieval says so."""
+    rng = np.random.default_rng(5)
+    gr = Grimoire(2, 6, 8)
+    golem = np.repeat([0, 1], 8)                      # 8 each into slabs of 6: two evictions each
+    vals = dict(created_ms=NOW - rng.integers(0, 9 * DAY_MS, 16), last_access_ms=NOW - rng.integers(0, 9 * DAY_MS, 16),
+                i0=rng.uniform(0.1, 1, 16).astype(np.float32), has_tag=True, window_ms=30.0 * DAY_MS,
+                importance=rng.uniform(0, 1, 16).astype(np.float32), confidence=np.float32(0.9))
+    gr.insert(golem, rng.standard_normal((16, 8)), vals)
+    assert gr.scan_is_current()
+    gr.emb[3] = rng.standard_normal(8)
+    gr.emb[[7, 8]] = rng.standard_normal((2, 8))
+    assert gr.scan_is_current()
+    prm = _params()
+    res = rt.retrieve(gr, np.array([0, 1]), _unit(rng.standard_normal((2, 8))).astype(np.float32), np.ones((2, 3)),
+                      NOW, prm)
+    rt.recall(gr, res.slots, res.shadow, NOW + 1000, np.ones(res.slots.shape, bool), np.ones(res.slots.shape + (4,)),
+              gr.cols["topic"][np.maximum(res.slots, 0)], 0.5)
+    assert gr.cols["reactivated"].any() and gr.scan_is_current()
+    gr.cols["last_access_ms"][2] -= DAY_MS               # behind the Grimoire's back
+    assert not gr.scan_is_current()
+    monkeypatch.setattr(rt, "CHECK_SCAN", True)          # each retrieval checks the next slot in CHECK_STRIDE
+    with pytest.raises(AssertionError, match="stale scan terms"):
+        for _ in range(rt.CHECK_STRIDE):
+            rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32), np.ones((1, 3)), NOW, prm)
+
+
+def test_new_constants_and_a_far_now_recompute_the_terms():
+    """A retrieval with other constants (another temporal base, half-life or boost) recomputes
+    every term for them; one past the epoch's span moves the epoch to now and recomputes them, so
+    the factors stay those of the formulas however long the run."""
+    rng = np.random.default_rng(9)
+    gr = Grimoire(1, 64, 8)
+    gr.count[0] = 64
+    gr.emb[:] = _unit(rng.standard_normal((64, 8))).astype(np.float32)
+    c = gr.cols
+    c["window_ms"][:] = math.inf
     c["has_tag"][:] = True
-    c["p"][:] = 1.0
-    c["i0"][:] = 1.0
-    c["created_ms"][:] = NOW - 3000 * DAY_MS
-    c["reactivated"][:] = True
-    c["last_react_ms"][:] = NOW - np.array(ages)
-    prm = _params(decay__reactivation_boost=1.0)
-    q = np.tile(np.array([1, 0, 0, 0], np.float32), (n, 1))
-    pad = np.tile([1.0, 0.0, 0.0], (n, 1))
-    got = rt.served_factors(gr, np.arange(n), q, pad, NOW, prm)[:, 3]
-    want = np.array([rt.entry_factors(gr, s, q[s], (1.0, 0.0, 0.0), NOW, prm)[3] for s in range(n)])
-    np.testing.assert_array_equal(got, want)
-    assert (want != 0.5 + 0.5 * np.array([math.exp2(-a / h_ms) for a in ages])).any()   # the bit does reach it
+    c["p"][:] = 0.8
+    c["i0"][:] = 0.6
+    c["created_ms"][:] = rng.integers(0, 5 * DAY_MS, 64)
+    c["last_access_ms"][:] = rng.integers(0, 5 * DAY_MS, 64)
+    gr.refresh_scan()
+    q, pad = _unit(rng.standard_normal((1, 8))).astype(np.float32), np.array([[0.7, 0.1, 0.1]])
+    for prm, now in ((_params(), 6 * DAY_MS), (_params(retrieval__temporal_base=0.9, decay__half_life_days=0.5), 6 * DAY_MS),
+                     (_params(), 400 * DAY_MS), (_params(), 40_000 * DAY_MS)):
+        res = rt.retrieve(gr, np.array([0]), q, pad, now, prm)
+        assert gr.scan_is_current()
+        assert (gr.temporal_base, gr.half_life_ms) == (prm.temporal_base, prm.half_life_days * DAY_MS)
+        assert abs(now - gr.epoch_ms) <= gr.rebase_span_ms()
+        for r, s in enumerate(res.slots[0]):
+            spec = _spec_factors(gr, int(s), q[0], pad[0], now, prm)
+            assert res.factors[0, r, 1] == pytest.approx(min(1.0, spec[1]), rel=2**-23, abs=2**-126)
+            assert res.factors[0, r, 3] == pytest.approx(spec[3], abs=2**-22)
+    assert gr.epoch_ms == 40_000 * DAY_MS
+
+
+def test_a_just_recalled_entry_has_temporal_factor_one():
+    """0.995^0 = 1 (SPEC §4.1) whatever float32's rounding of the stored recency: an entry recalled
+    at `now` and scored at `now`, for many times in the epoch's span (the product rounds above 1
+    for some of them, and the factor is capped there)."""
+    gr = Grimoire(1, 1, 4)
+    gr.count[0] = 1
+    gr.emb[0] = [1, 0, 0, 0]
+    gr.cols["window_ms"][0] = math.inf
+    prm = _params()
+    q = np.array([[1, 0, 0, 0]], np.float32)
+    for now in range(0, 90 * DAY_MS, 90 * DAY_MS // 257):
+        rt.recall(gr, np.array([[0]]), np.array([[0]]), now)
+        assert rt.served_factors(gr, np.array([0]), q, np.zeros((1, 3)), now, prm)[0, 1] == 1.0
+        assert rt.retrieve(gr, np.array([0]), q, np.zeros((1, 3)), now, prm).factors[0, 0, 1] == 1.0
+        # a few ms later (0.995^(1e-6 h) = 1 - 1.4e-9, well inside float32's rounding): at most 1
+        assert all(rt.retrieve(gr, np.array([0]), q, np.zeros((1, 3)), now + ms, prm).factors[0, 0, 1] <= 1.0
+                   for ms in range(1, 4))
+
+
+def test_a_filling_shadow_list_walks_groups_the_served_list_skips():
+    """The first block fills both lists at once; each 8-entry group is walked if either list can
+    take one of its entries. Here the shadow's best (salience 1, cap 0.6: 0.4 x 1.6 = 0.64) sit in
+    a group whose served scores (0.4) are below the served list's bound (0.5), so only the shadow
+    list's own test lets them in."""
+    gr = Grimoire(1, 256, 4)
+    gr.count[0] = 256
+    c = gr.cols
+    c["window_ms"][:] = math.inf
+    c["importance"][:8], c["importance"][8:16] = 0.9, 0.5          # score 0.2 + 0.25 imp + 0.075
+    c["salience"][8:16] = 1.0
+    prm = _params(retrieval__salience_rank_cap=0.6)
+    res = rt.retrieve(gr, np.array([0]), np.array([[1, 0, 0, 0]], np.float32), np.zeros((1, 3)), 0, prm)
+    assert res.slots[0].tolist() == list(range(8)) and res.scores[0].tolist() == pytest.approx([0.5] * 8, abs=1e-7)
+    assert res.shadow[0].tolist() == list(range(8, 16))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(arenas(caps=(200, 700)), params, filters)
+def test_kernel_agrees_with_reference_on_slabs_past_a_block(arena, prm, flt):
+    """Slabs of several blocks, where a filling list is offered only entries not below the k-th
+    best of the block's group maxima (`kernels._group_bound`), with copies of entries (ties):
+    the same ids, order, scores and factors as the reference, and the same shadow ranking."""
+    gr, q, pad = arena
+    min_conf, vs = flt
+    golems = np.arange(gr.n_golems)
+    res = rt.retrieve(gr, golems, q, pad, NOW, prm, min_conf=min_conf, valence_sign=np.full(golems.size, vs))
+    for g in golems:
+        ref = rt.reference_retrieve(gr, int(g), q[g], tuple(pad[g]), NOW, prm, min_conf=min_conf, valence_sign=vs)
+        assert [int(s) for s in res.slots[g] if s >= 0] == [s for s, _, _ in ref]
+        assert [res.scores[g, r] for r in range(len(ref))] == [x[1] for x in ref]
+        rows = eligible_rows(gr, int(g), q[g], pad[g], prm, min_conf, vs)
+        mult = {r[0]: 1.0 + float(gr.cols["salience"][r[0]]) * prm.salience_cap for r in rows}
+        assert [int(s) for s in res.shadow[g] if s >= 0] == ranked(rows, lambda r: r[1] * mult[r[0]], prm.top_k)
 
 
 @FAST

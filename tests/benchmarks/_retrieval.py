@@ -76,6 +76,7 @@ def build_arena(n_golems: int, cap: int, dim: int, seed: int = 0, tagged: float 
     c["i0"][:] = np.where(tag, rng.uniform(0.05, 1, n), 0.0)
     c["reactivated"][:] = tag & (rng.uniform(size=n) < 0.3)
     c["last_react_ms"][:] = np.where(c["reactivated"], NOW_MS - rng.integers(0, 5 * DAY_MS, n), -1)
+    gr.refresh_scan()            # the columns were written directly
     return gr
 
 
@@ -310,15 +311,15 @@ class Floor:
         return np.matmul(self.emb[lo:lo + b * cap], q.T, out=self.full)
 
 
-#: the columns the kernel's scan reads for every entry (besides the codes; confidence only under a
-#: confidence floor)
-SCAN_COLUMNS = ("last_access_ms", "window_ms", "status", "importance", "salience", "has_tag", "p", "a", "d",
-                "i0", "created_ms", "reactivated", "last_react_ms")
+#: the columns the kernel's scan reads for every entry (besides the codes and the scan terms;
+#: confidence only under a confidence floor)
+SCAN_COLUMNS = ("last_access_ms", "window_ms", "status", "importance", "salience", "has_tag", "p", "a", "d")
 
 
 def scan_arrays(gr: Grimoire) -> list[np.ndarray]:
-    """The arrays the kernel's scan reads, each as one row per slot."""
-    return [gr.codes] + [gr.cols[k] for k in SCAN_COLUMNS]
+    """The arrays the kernel's scan reads, each as one row per slot: the codes, the scan terms
+    (`Grimoire.norm2`, `recency`, `charge`) and `SCAN_COLUMNS`."""
+    return [gr.codes, gr.norm2, gr.recency, gr.charge] + [gr.cols[k] for k in SCAN_COLUMNS]
 
 
 def scan_bytes_per_entry(gr: Grimoire) -> int:

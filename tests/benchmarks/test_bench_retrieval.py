@@ -50,8 +50,9 @@ class _Arena:
             golems = np.arange(b)
             res = R.kernel(gr, golems, q, pad, R.NOW_MS, prm)
             idi, tun = R.Idiomatic(gr, prm), R.Tuned(gr, prm)
-            R.same_results(res, idi(golems, q, pad, R.NOW_MS))
-            R.same_results(res, tun(golems, q, pad, R.NOW_MS))
+            # the kernel's stored terms are float32, the tuned peer's scores too: near ties may swap
+            R.same_results(res, idi(golems, q, pad, R.NOW_MS), near_ties=1e-6)
+            R.same_results(res, tun(golems, q, pad, R.NOW_MS), near_ties=1e-6)
             floor = R.Floor(gr, b)
             fns = {
                 "kernel": lambda: R.kernel(gr, golems, q, pad, R.NOW_MS, prm),
