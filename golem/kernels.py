@@ -75,7 +75,7 @@ from numba.extending import intrinsic
 POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE, POOL_BEST_SEMANTIC = range(6)
 POOL_COLUMNS = 6
 
-#: entries per block (scratch: 8 float64, 2 int32 and a bool array of BLOCK + 8 = 19 KB, L1-resident)
+#: entries per block (scratch: 8 float64, 2 int32 and a bool array of BLOCK = 19 KB, L1-resident)
 BLOCK = 256
 #: rows whose dot products `_dots` computes together (4: the accumulators stay in AVX2's 16 registers)
 ROWS = 4
@@ -243,7 +243,9 @@ def _stack_block(dtype):
     def impl(typingctx):
         def codegen(context, builder, signature, args):
             ty = context.get_data_type(nb_type)
-            return cgutils.alloca_once(builder, ty, size=ir.Constant(ir.IntType(64), BLOCK))
+            ptr = cgutils.alloca_once(builder, ty, size=ir.Constant(ir.IntType(64), BLOCK))
+            ptr.align = 64          # vector stores never straddle a cache line
+            return ptr
         return types.CPointer(nb_type)(), codegen
     return impl
 
@@ -365,6 +367,11 @@ F32_TINY = 2.0 ** -126
 F32_MAX = 3.4028234663852886e38
 
 
+#: 1.5 * 2^52 and its bits (`_i64_f64`)
+_MAGIC = 6755399441055744.0
+_MAGIC_BITS = np.int64(0x4338000000000000)
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _f32_term(x):
     return np.float32(min(x, F32_MAX)) if x >= F32_TINY else np.float32(0.0)
@@ -449,23 +456,35 @@ def _tag_valence(s, has_tag, p):
     return tg, np.float64(p[s]) if tg else 0.0
 
 
+@njit(cache=True, inline="always")
+def _i64_f64(x):
+    """float64(x) for |x| < 2^51 (ages in ms: 71,000 years), exactly as a conversion instruction
+    gives it, in two SIMD instructions: AVX2 has no vector int64 -> float64 conversion, and LLVM
+    converts such a vector one lane at a time."""
+    return _f64_from_bits(x + _MAGIC_BITS) - _MAGIC
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _temporal(age_ms, recency, tau):
     """The temporal factor from the stored recency (`recency_term`) and the query's tau: 1 at the
-    moment of the last access (0.995^0, whatever float32's rounding of recency), never above."""
-    return 1.0 if age_ms == 0.0 else min(1.0, np.float64(recency) * tau)
+    moment of the last access (0.995^0, whatever float32's rounding of recency), never above.
+    Branch-free, so the scan's loop loads recency unconditionally (a conditional load becomes a
+    masked load, slow on some CPUs)."""
+    return max(min(1.0, np.float64(recency) * tau), 1.0 if age_ms == 0.0 else 0.0)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _emotional(tagged, p, a, d, cp, ca, cd, cn, charge, gamma, charge_fading):
+def _emotional(tagged, p, a, d, cp, ca, cd, cn, charge, gamma, nofade):
     """The emotional factor (SPEC §4.1) of an entry: 0.5 untagged; tagged, 0.5 + 0.5 cos ch, where
     cos is the PAD cosine of tag and mood (pad_cosine_safe's floors: the tag's norm and cn, the
     mood's, at least 1e-8) and ch the charge left, min(1, charge * gamma) (`charge_term`), or 1
-    without charge fading."""
+    without charge fading (nofade = 1: min(1, x + 1) = 1; with fading nofade = 0 adds nothing).
+    Branch-free (the untagged term times 0), so the scan's loop loads every column unconditionally;
+    the columns are finite."""
     tp, ta, td = np.float64(p), np.float64(a), np.float64(d)
     cs = (tp * cp + ta * ca + td * cd) / (max(np.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn)
-    ch = min(1.0, np.float64(charge) * gamma) if charge_fading else 1.0
-    return 0.5 + 0.5 * cs * ch if tagged else 0.5
+    ch = min(1.0, np.float64(charge) * gamma + nofade)
+    return 0.5 + 0.5 * cs * ch * (1.0 if tagged else 0.0)
 
 
 @njit(cache=True, inline="always")
@@ -498,6 +517,42 @@ def _group_bound(buf, m, k, gm, tmp):
     return _kth(gm, k, tmp)
 
 
+@njit(cache=True)
+def _pool_sums(emo, pv, m):
+    """Sums of emo[:m] and pv[:m] (m a multiple of 4) as four interleaved partial sums (j mod 4),
+    added pairwise: a fixed order, which SIMD lanes keep."""
+    e0 = e1 = e2 = e3 = 0.0
+    v0 = v1 = v2 = v3 = 0.0
+    for j in range(0, m, 4):
+        e0 += emo[j]
+        e1 += emo[j + 1]
+        e2 += emo[j + 2]
+        e3 += emo[j + 3]
+        v0 += pv[j]
+        v1 += pv[j + 1]
+        v2 += pv[j + 2]
+        v3 += pv[j + 3]
+    return (e0 + e1) + (e2 + e3), (v0 + v1) + (v2 + v3)
+
+
+@njit(cache=True, fastmath={"nnan", "nsz"})
+def _block_max(b, m):
+    """max(b[:m]): no NaN reaches it and -inf is its identity, so any order gives the same value
+    (fast-math's no-NaN and no-signed-zero let the reduction vectorise)."""
+    x = -np.inf
+    for j in range(m):
+        x = max(x, b[j])
+    return x
+
+
+@njit(cache=True)
+def _block_count(ok, m):
+    n = 0
+    for j in range(m):
+        n += ok[j]
+    return n
+
+
 @njit(cache=True, inline="always")
 def _max8(b, j):
     return max(max(max(b[j], b[j + 1]), max(b[j + 2], b[j + 3])), max(max(b[j + 4], b[j + 5]), max(b[j + 6], b[j + 7])))
@@ -513,23 +568,24 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     min_conf < 0 (or NaN): no confidence floor, and the confidence column is not read."""
     n_rows = codes.shape[0]
     w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
-    # block scratch on this call's stack (per thread when Golems run in parallel); 8 spare cells
-    # for the 8-entry groups of pass 3
-    dot_b = carray(_stack_i32(), BLOCK + 8)
-    sem_b = carray(_stack_f64(), BLOCK + 8)
-    tmp_b = carray(_stack_f64(), BLOCK + 8)
-    emo_b = carray(_stack_f64(), BLOCK + 8)
-    pv_b = carray(_stack_f64(), BLOCK + 8)
-    se_b = carray(_stack_f64(), BLOCK + 8)
-    sv_b = carray(_stack_f64(), BLOCK + 8)
-    sh_b = carray(_stack_f64(), BLOCK + 8)
-    nn_b = carray(_stack_f64(), BLOCK + 8)
-    ok_b = carray(_stack_i32(), BLOCK + 8)
-    cf_b = carray(_stack_bool(), BLOCK + 8)
+    # block scratch on this call's stack (per thread when Golems run in parallel; BLOCK is a
+    # multiple of 8, so the 8-entry groups of pass 3 stay inside)
+    dot_b = carray(_stack_i32(), BLOCK)
+    sem_b = carray(_stack_f64(), BLOCK)
+    tmp_b = carray(_stack_f64(), BLOCK)
+    emo_b = carray(_stack_f64(), BLOCK)
+    pv_b = carray(_stack_f64(), BLOCK)
+    se_b = carray(_stack_f64(), BLOCK)
+    sv_b = carray(_stack_f64(), BLOCK)
+    sh_b = carray(_stack_f64(), BLOCK)
+    nn_b = carray(_stack_f64(), BLOCK)
+    ok_b = carray(_stack_i32(), BLOCK)
+    cf_b = carray(_stack_bool(), BLOCK)
     floor = min_conf >= 0.0
     if not floor:
         for j in range(BLOCK):
             cf_b[j] = True
+    nofade = 0.0 if charge_fading else 1.0
     gm = np.empty(GROUP)
     kt = np.empty(k)
     sh_v = np.empty(k)
@@ -558,7 +614,10 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         m = min(BLOCK, n - b0)
         m8 = (m + 7) // 8 * 8
         s0 = lo + b0
-        # pass 1: the integer dot products, ROWS rows at a time
+        # pass 1: the integer dot products, ROWS rows at a time, and the next block's columns
+        # prefetched (at a slab's end the next Golem's first block: a slab of 1,024 is only four
+        # blocks, and each scan would start cold). Sixteen rows' lines at a time: one of each
+        # float32 column, two of last_access_ms, every 64 rows one of each byte column.
         for j in range(0, m, ROWS):
             if s0 + j + ROWS <= n_rows:
                 _dots(codes, s0 + j, qcodes, gi, dot_b, j)
@@ -584,13 +643,13 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         xsal = sal[s0:s0 + m]
         for j in range(m):
             tg = xtag[j]
-            pv = np.float64(xp[j]) if tg else 0.0
-            age = np.float64(now_ms - xla[j])
+            pv = np.float64(xp[j]) * (1.0 if tg else 0.0)      # branch-free: see `_emotional`
+            age = _i64_f64(now_ms - xla[j])
             ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
             ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
             sem = _semantic(dot_b[j], xn2[j], qs)
             tmp = _temporal(age, xre[j], tau)
-            emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, charge_fading)
+            emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, nofade)
             score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
             sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
             sem_b[j] = sem
@@ -612,34 +671,12 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             nn_b[j] = -np.inf
         # pass 3a: the pool's sums (four interleaved partial sums: a fixed order), its count, best
         # semantic match and best non-negative score
-        e0 = e1 = e2 = e3 = 0.0
-        v0 = v1 = v2 = v3 = 0.0
-        q0 = q1 = q2 = q3 = -np.inf
-        z0 = z1 = z2 = z3 = -np.inf
-        nb = 0
-        for j in range(0, m8, 4):
-            e0 += emo_b[j]
-            e1 += emo_b[j + 1]
-            e2 += emo_b[j + 2]
-            e3 += emo_b[j + 3]
-            v0 += pv_b[j]
-            v1 += pv_b[j + 1]
-            v2 += pv_b[j + 2]
-            v3 += pv_b[j + 3]
-            q0 = max(q0, se_b[j])
-            q1 = max(q1, se_b[j + 1])
-            q2 = max(q2, se_b[j + 2])
-            q3 = max(q3, se_b[j + 3])
-            z0 = max(z0, nn_b[j])
-            z1 = max(z1, nn_b[j + 1])
-            z2 = max(z2, nn_b[j + 2])
-            z3 = max(z3, nn_b[j + 3])
-            nb += ok_b[j] + ok_b[j + 1] + ok_b[j + 2] + ok_b[j + 3]
-        sum_emo += (e0 + e1) + (e2 + e3)
-        sum_val += (v0 + v1) + (v2 + v3)
-        best_sem = max(best_sem, max(max(q0, q1), max(q2, q3)))
-        n_el += nb
-        bn = max(max(z0, z1), max(z2, z3))
+        e, v = _pool_sums(emo_b, pv_b, m8)
+        sum_emo += e
+        sum_val += v
+        best_sem = max(best_sem, _block_max(se_b, m8))
+        n_el += _block_count(ok_b, m8)
+        bn = _block_max(nn_b, m8)
         if bn > best_nn_score:          # the first entry with the block's best: ties keep the earlier
             for j in range(m):
                 if nn_b[j] == bn:
@@ -1045,7 +1082,7 @@ def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, tau, gamma, cod
         out[i, 0] = _semantic(dbuf[0], norm2[s], qscale[i])
         out[i, 1] = _temporal(np.float64(now_ms - last_access_ms[s]), recency[s], tau)
         out[i, 2] = np.float64(importance[s])
-        out[i, 3] = _emotional(has_tag[s], p[s], a[s], d[s], cp, ca, cd, cn, charge[s], gamma, charge_fading)
+        out[i, 3] = _emotional(has_tag[s], p[s], a[s], d[s], cp, ca, cd, cn, charge[s], gamma, 0.0 if charge_fading else 1.0)
     return out
 
 
