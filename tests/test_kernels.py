@@ -547,6 +547,7 @@ def test_writes_through_the_grimoire_keep_the_scan_terms_current(monkeypatch):
     vals = dict(created_ms=NOW - rng.integers(0, 9 * DAY_MS, 16), last_access_ms=NOW - rng.integers(0, 9 * DAY_MS, 16),
                 i0=rng.uniform(0.1, 1, 16).astype(np.float32), has_tag=True, window_ms=30.0 * DAY_MS,
                 importance=rng.uniform(0, 1, 16).astype(np.float32), confidence=np.float32(0.9))
+    assert Grimoire(2, 6, 8).scan_is_current()          # a new arena's empty slots
     gr.insert(golem, rng.standard_normal((16, 8)), vals)
     assert gr.scan_is_current()
     gr.emb[3] = rng.standard_normal(8)
