@@ -172,8 +172,8 @@ CODE_ALIGN = 32
 CODE_MAX = 127
 
 
-#: rows `quantise` converts at a time
-QUANTISE_CHUNK = 1 << 14
+#: slots from which `Grimoire.refresh_scan` spreads its work over numba's threads
+PARALLEL_TERMS = 1 << 16
 #: rows per piece of `Grimoire.insert_pieces`
 PIECE_ROWS = 1 << 16
 
@@ -195,14 +195,31 @@ def quantise(v: np.ndarray, stride: int | None = None, out: np.ndarray | None = 
     n, d = v.shape
     if out is None:
         out = np.zeros((n, stride or d), dtype=np.int8)
-    for lo in range(0, n, QUANTISE_CHUNK):
-        x = v[lo:lo + QUANTISE_CHUNK].astype(np.float64)
-        top = np.abs(x).max(axis=1, initial=0.0)
-        scale = np.divide(CODE_MAX, top, out=np.zeros_like(top), where=top > 0)
-        np.multiply(x, scale[:, None], out=x)
-        out[lo:lo + x.shape[0], :d] = np.rint(x, out=x)
-        out[lo:lo + x.shape[0], d:] = 0
+    if v.dtype not in (np.float32, np.float64):
+        v = v.astype(np.float64)
+    _quantise_rows(v, out)
     return out
+
+
+@njit(cache=True)
+def _quantise_rows(v, out):
+    """`quantise` row by row, the numpy expressions' float64 arithmetic: scale = 127 / max|row|
+    (0 for a zero row, or one holding a NaN or an infinity, whose codes are then all 0), codes
+    rint(x * scale), half to even; the rest of the row zero."""
+    n, d = v.shape
+    for i in range(n):
+        top = 0.0
+        bad = False
+        for j in range(d):
+            a = abs(np.float64(v[i, j]))
+            top = max(top, a)
+            bad |= not np.isfinite(a)
+        scale = CODE_MAX / top if top > 0.0 and not bad else 0.0
+        for j in range(d):
+            x = np.float64(v[i, j]) * scale
+            out[i, j] = np.int8(np.rint(x)) if np.isfinite(x) else 0
+        for j in range(d, out.shape[1]):
+            out[i, j] = 0
 
 
 def decode(codes: np.ndarray, dim: int) -> np.ndarray:
@@ -337,7 +354,8 @@ class Grimoire:
         if slots is None:
             kernels.scan_terms_all(*args)
         elif np.size(slots):
-            kernels.scan_terms(np.ascontiguousarray(slots, dtype=np.int64).ravel(), *args)
+            slots = np.ascontiguousarray(slots, dtype=np.int64).ravel()
+            (kernels.scan_terms_parallel if slots.size >= PARALLEL_TERMS else kernels.scan_terms)(slots, *args)
 
     def set_scan(self, temporal_base: float, half_life_ms: float, react_boost: float) -> None:
         """The constants the scan terms are computed with (the retrieval's); a change recomputes them."""

@@ -410,10 +410,20 @@ def _scan_terms_at(s, codes, last_access_ms, i0, created_ms, reactivated, last_r
     charge[s] = charge_term(i0[s], created_ms[s], reactivated[s], last_react_ms[s], epoch_ms, inv_hl, boost)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def scan_terms(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
                inv_hl, boost, norm2, recency, charge):
-    """The scan terms (norm2, recency, charge) of the entries at `slots`, from their columns."""
+    """The scan terms (norm2, recency, charge) of the entries at `slots`, from their columns (a
+    tick's writes: a thousand slots, less than waking numba's threads would cost)."""
+    for t in range(slots.size):
+        _scan_terms_at(slots[t], codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
+                       lg2_per_ms, inv_hl, boost, norm2, recency, charge)
+
+
+@njit(cache=True, parallel=True)
+def scan_terms_parallel(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
+                        lg2_per_ms, inv_hl, boost, norm2, recency, charge):
+    """`scan_terms` over numba's threads (a Clade's push wave: up to a million copies)."""
     for t in prange(slots.size):
         _scan_terms_at(slots[t], codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
                        lg2_per_ms, inv_hl, boost, norm2, recency, charge)

@@ -165,6 +165,42 @@ def test_quantise_by_hand():
     assert gm.code_stride(64) == 64 and gm.code_stride(65) == 96 and gm.code_stride(4) == 32
 
 
+def _numpy_quantise(v, stride):
+    """`quantise` as the array expressions (the reference of its kernel)."""
+    x = np.asarray(v).astype(np.float64)
+    n, d = x.shape
+    top = np.abs(x).max(axis=1, initial=0.0)
+    scale = np.divide(gm.CODE_MAX, top, out=np.zeros_like(top), where=top > 0)
+    with np.errstate(invalid="ignore"):
+        r = np.rint(x * scale[:, None])
+    out = np.zeros((n, stride), np.int8)
+    out[:, :d] = np.where(np.isfinite(r), r, 0).astype(np.int8)   # a NaN code is 0, as numpy casts it here
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 70), st.integers(1, 9), st.integers(0, 2**32 - 1), st.sampled_from([np.float32, np.float64]),
+       st.sampled_from(["normal", "halves", "zero", "nan", "inf", "huge"]))
+def test_quantise_is_the_array_expressions(d, n, seed, dtype, kind):
+    """The quantise kernel = the numpy expressions, code for code: float32 and float64 rows, exact
+    halves (round half to even), zero rows, rows with a NaN or an infinity (all zero codes), and
+    rows whose largest component is far from 1."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((n, d))
+    if kind == "halves":
+        v = rng.integers(-254, 255, (n, d)) / 2.0
+        v[:, 0] = 127.0
+    elif kind == "zero":
+        v[rng.integers(0, n)] = 0.0
+    elif kind in ("nan", "inf"):
+        v[rng.integers(0, n), rng.integers(0, d)] = np.nan if kind == "nan" else -np.inf
+    elif kind == "huge":
+        v *= 10.0 ** rng.integers(-30, 30, (n, 1))
+    v = v.astype(dtype)
+    stride = gm.code_stride(d)
+    assert np.array_equal(gm.quantise(v, stride), _numpy_quantise(v, stride))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 130), st.integers(0, 2**32 - 1))
 def test_codes_survive_decoding(d, seed):

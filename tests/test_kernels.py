@@ -567,6 +567,30 @@ def test_writes_through_the_grimoire_keep_the_scan_terms_current(monkeypatch):
             rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32), np.ones((1, 3)), NOW, prm)
 
 
+@pytest.mark.parametrize("parallel_from", [1, 10**9])
+def test_refreshing_some_slots_serially_or_over_threads_gives_the_full_refresh(monkeypatch, parallel_from):
+    """refresh_scan(slots) recomputes exactly the terms at those slots, whichever kernel it picks."""
+    import golem.grimoire as grimoire_mod
+    monkeypatch.setattr(grimoire_mod, "PARALLEL_TERMS", parallel_from)
+    rng = np.random.default_rng(11)
+    gr = Grimoire(3, 40, 8)
+    gr.count[:] = 40
+    gr.emb[:] = _unit(rng.standard_normal((120, 8))).astype(np.float32)
+    c = gr.cols
+    c["i0"][:] = rng.uniform(0.1, 1, 120)
+    c["created_ms"][:] = rng.integers(0, 5 * DAY_MS, 120)
+    c["last_access_ms"][:] = rng.integers(0, 5 * DAY_MS, 120)
+    c["reactivated"][::3] = True
+    c["last_react_ms"][::3] = 5 * DAY_MS
+    gr.refresh_scan()
+    want = [gr.norm2.copy(), gr.recency.copy(), gr.charge.copy()]
+    slots = rng.choice(120, 50, replace=False)
+    gr.norm2[slots], gr.recency[slots], gr.charge[slots] = -1, -1.0, -1.0
+    gr.refresh_scan(slots)
+    for got, w in zip((gr.norm2, gr.recency, gr.charge), want):
+        np.testing.assert_array_equal(got, w)
+
+
 def test_new_constants_and_a_far_now_recompute_the_terms():
     """A retrieval with other constants (another temporal base, half-life or boost) recomputes
     every term for them; one past the epoch's span moves the epoch to now and recomputes them, so
