@@ -9,8 +9,8 @@ salience-multiplied one (and equals the shadow).
 
 How it is fast and still exact (docs/performance.md has the measurements and the rejected variants):
 
-- The scan reads 114 bytes per entry at d = 64: 64 of int8 codes, 38 of columns (status,
-  last_access_ms, window_ms, has_tag, p, a, d, importance, salience) and 12 of scan terms the
+- The scan reads 110 bytes per entry at d = 64: 64 of int8 codes, 34 of columns (status,
+  last_access_ms, window_ms as float32, has_tag, p, a, d, importance, salience) and 12 of scan terms the
   Grimoire keeps beside them (`Grimoire.refresh_scan`): norm2, the codes' squared norm (int32), and
   recency and charge (float32, `recency_term`, `charge_term`); 4 more when a confidence floor is
   asked for.

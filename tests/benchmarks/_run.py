@@ -141,6 +141,19 @@ def retrieval_floor(world, rounds: int = 7) -> dict:
             "scan_bytes_per_entry": R.scan_bytes_per_entry(gr)}
 
 
+def peak_rss_kib() -> int:
+    """This process's peak resident set (VmHWM): unlike ru_maxrss, which Linux carries over from
+    the parent through fork and exec, it starts at zero, so a run launched by a large report
+    reports its own peak."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def whole_run(capacity: int, duration: str | None, record: bool, out: Path | None = None, seed: int | None = None,
               phases: bool = True, floor: bool = True) -> dict:
     from sim.run import execute
@@ -155,7 +168,7 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         import tempfile
         scratch = Path(tempfile.mkdtemp(prefix="golem-bench-"))
         out = scratch / "run"
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = peak_rss_kib()
     t0 = time.perf_counter()
     try:
         res = execute(ROOT / "scenarios" / "bench.yaml", out, seed=seed, sets=sets, environ={}, record=record)
@@ -175,7 +188,7 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         "golem_ticks": ticks, "cohort_ticks": cohort_ticks, "run_s": run_s, "setup_s": total - run_s,
         "golem_ticks_per_s": ticks / run_s, "s_per_cohort_tick": run_s / max(cohort_ticks, 1),
         "phases_s": phase_s, "phases_cpu_s": dict(timer.cpu) if phases else None,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_kib() / 1024,
         "rss_before_mb": rss0 / 1024, "bytes_per_entry": world.gr.bytes_per_entry(), "dim": world.gr.dim,
         "run_dir": None if scratch is not None else str(out),
     }
