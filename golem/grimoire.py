@@ -172,8 +172,6 @@ CODE_ALIGN = 32
 CODE_MAX = 127
 
 
-#: slots from which `Grimoire.refresh_scan` spreads its work over numba's threads
-PARALLEL_TERMS = 1 << 16
 #: rows per piece of `Grimoire.insert_pieces`
 PIECE_ROWS = 1 << 16
 
@@ -255,7 +253,8 @@ class Embeddings:
         rows = self._gr.codes[idx]
         self._gr.codes[idx] = quantise(np.broadcast_to(v, rows.shape[:-1] + (self._gr.dim,)).reshape(-1, self._gr.dim),
                                        rows.shape[-1]).reshape(rows.shape)
-        self._gr.refresh_scan(np.arange(len(self))[idx])
+        codes = self._gr.codes[idx].astype(np.int32)     # only the codes changed: of the scan
+        self._gr.norm2[idx] = (codes * codes).sum(axis=-1)   # terms, only their squared norm
 
     def __array__(self, dtype=None, copy=None):
         out = self[:]
@@ -354,8 +353,7 @@ class Grimoire:
         if slots is None:
             kernels.scan_terms_all(*args)
         elif np.size(slots):
-            slots = np.ascontiguousarray(slots, dtype=np.int64).ravel()
-            (kernels.scan_terms_parallel if slots.size >= PARALLEL_TERMS else kernels.scan_terms)(slots, *args)
+            kernels.scan_terms(np.ascontiguousarray(slots, dtype=np.int64).ravel(), *args)
 
     def set_scan(self, temporal_base: float, half_life_ms: float, react_boost: float) -> None:
         """The constants the scan terms are computed with (the retrieval's); a change recomputes them."""

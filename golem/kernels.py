@@ -40,8 +40,8 @@ How it is fast and still exact (docs/performance.md has the measurements and the
   ties keep the earlier slot. The block's scratch lives on the stack (L1-resident, and provably
   distinct from the inputs, so the compiler vectorises without runtime alias checks). The slab is
   read once.
-- The emotional factor: 0.5 untagged, else 0.5 + 0.5 cos * charge, cos the PAD cosine of tag and
-  mood under `padm.pad_cosine_safe`'s floors (`_emotional`).
+- The emotional factor: 0.5 untagged, else `padm.pad_cosine_safe(tag, mood)` faded by the charge
+  left (`padm.faded_emotional_factor`), their operations in their order (`_emotional`).
 - `golem.retrieval.entry_factors` and `reference_retrieve` (Python) and `served_factors_batch`
   compute the same operations on the same stored terms, so kernel and reference agree bit for
   bit, scores included.
@@ -410,20 +410,11 @@ def _scan_terms_at(s, codes, last_access_ms, i0, created_ms, reactivated, last_r
     charge[s] = charge_term(i0[s], created_ms[s], reactivated[s], last_react_ms[s], epoch_ms, inv_hl, boost)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def scan_terms(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
                inv_hl, boost, norm2, recency, charge):
-    """The scan terms (norm2, recency, charge) of the entries at `slots`, from their columns (a
-    tick's writes: a thousand slots, less than waking numba's threads would cost)."""
-    for t in range(slots.size):
-        _scan_terms_at(slots[t], codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
-                       lg2_per_ms, inv_hl, boost, norm2, recency, charge)
-
-
-@njit(cache=True, parallel=True)
-def scan_terms_parallel(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
-                        lg2_per_ms, inv_hl, boost, norm2, recency, charge):
-    """`scan_terms` over numba's threads (a Clade's push wave: up to a million copies)."""
+    """The scan terms (norm2, recency, charge) of the entries at `slots`, from their columns, over
+    numba's threads (a Clade's push wave writes up to a million scattered slots at once)."""
     for t in prange(slots.size):
         _scan_terms_at(slots[t], codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms,
                        lg2_per_ms, inv_hl, boost, norm2, recency, charge)
@@ -484,17 +475,18 @@ def _temporal(age_ms, recency, tau):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _emotional(tagged, p, a, d, cp, ca, cd, cn, charge, gamma, nofade):
-    """The emotional factor (SPEC §4.1) of an entry: 0.5 untagged; tagged, 0.5 + 0.5 cos ch, where
-    cos is the PAD cosine of tag and mood (pad_cosine_safe's floors: the tag's norm and cn, the
-    mood's, at least 1e-8) and ch the charge left, min(1, charge * gamma) (`charge_term`), or 1
-    without charge fading (nofade = 1: min(1, x + 1) = 1; with fading nofade = 0 adds nothing).
-    Branch-free (the untagged term times 0), so the scan's loop loads every column unconditionally;
-    the columns are finite."""
+def _emotional(tagged, p, a, d, cp, ca, cd, cn, charge, gamma, fading):
+    """The emotional factor (SPEC §4.1) of an entry, `padm.pad_cosine_safe` and
+    `padm.faded_emotional_factor` operation for operation (cn is the mood's norm, floored at 1e-8):
+    0.5 untagged; tagged, the PAD cosine mapped to [0, 1], pulled toward 0.5 by the charge left,
+    min(1, charge * gamma) (`charge_term`), when `fading`. Both values are computed and one is
+    selected, so the scan's loop stays branch-free and loads every column unconditionally; the
+    columns are finite."""
     tp, ta, td = np.float64(p), np.float64(a), np.float64(d)
-    cs = (tp * cp + ta * ca + td * cd) / (max(np.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn)
-    ch = min(1.0, np.float64(charge) * gamma + nofade)
-    return 0.5 + 0.5 * cs * ch * (1.0 if tagged else 0.0)
+    pc = ((tp * cp + ta * ca + td * cd) / (max(np.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn) + 1.0) / 2.0
+    faded = 0.5 + (pc - 0.5) * min(1.0, np.float64(charge) * gamma)
+    emo = faded if fading else pc
+    return emo if tagged else 0.5
 
 
 @njit(cache=True, inline="always")
@@ -595,7 +587,6 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     if not floor:
         for j in range(BLOCK):
             cf_b[j] = True
-    nofade = 0.0 if charge_fading else 1.0
     gm = np.empty(GROUP)
     kt = np.empty(k)
     sh_v = np.empty(k)
@@ -659,7 +650,7 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
             sem = _semantic(dot_b[j], xn2[j], qs)
             tmp = _temporal(age, xre[j], tau)
-            emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, nofade)
+            emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, charge_fading)
             score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
             sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
             sem_b[j] = sem
@@ -1092,7 +1083,7 @@ def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, tau, gamma, cod
         out[i, 0] = _semantic(dbuf[0], norm2[s], qscale[i])
         out[i, 1] = _temporal(np.float64(now_ms - last_access_ms[s]), recency[s], tau)
         out[i, 2] = np.float64(importance[s])
-        out[i, 3] = _emotional(has_tag[s], p[s], a[s], d[s], cp, ca, cd, cn, charge[s], gamma, 0.0 if charge_fading else 1.0)
+        out[i, 3] = _emotional(has_tag[s], p[s], a[s], d[s], cp, ca, cd, cn, charge[s], gamma, charge_fading)
     return out
 
 

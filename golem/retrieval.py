@@ -93,8 +93,8 @@ def entry_factors(gr: Grimoire, s: int, query: np.ndarray, cur_pad, now_ms: int,
     """The four factors of one slot as the retrieval scores them (scalar reference): the semantic
     factor of the stored codes (`semantic`); temporal = min(1, recency * tau) (1 at age 0) and the charge
     min(1, charge * gamma) from the stored terms (`query_terms`); the emotional factor 0.5 for an
-    untagged entry, else 0.5 + 0.5 cos * charge with cos the PAD cosine of tag and mood under
-    `padm.pad_cosine_safe`'s floors. Operation for operation the kernel's, so the same bits;
+    untagged entry, else `padm.pad_cosine_safe(tag, mood)` faded by that charge
+    (`padm.faded_emotional_factor`). Operation for operation the kernel's, so the same bits;
     within ~1e-7 of the SPEC formulas on the columns (the stored terms are float32)."""
     c = gr.cols
     qc, qs = query_codes(query, gr.codes.shape[1])
@@ -103,12 +103,10 @@ def entry_factors(gr: Grimoire, s: int, query: np.ndarray, cur_pad, now_ms: int,
     age = float(now_ms - int(c["last_access_ms"][s]))
     temporal = 1.0 if age == 0.0 else min(1.0, float(gr.recency[s]) * tau)
     if c["has_tag"][s]:
-        tp, ta, td = float(c["p"][s]), float(c["a"][s]), float(c["d"][s])
-        cp, ca, cd = (float(x) for x in cur_pad)
-        cn = max(math.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
-        cos = (tp * cp + ta * ca + td * cd) / (max(math.sqrt(tp * tp + ta * ta + td * td), 1e-8) * cn)
-        ch = min(1.0, float(gr.charge[s]) * gamma) if prm.charge_fading else 1.0
-        emo = 0.5 + 0.5 * cos * ch
+        emo = padm.pad_cosine_safe((float(c["p"][s]), float(c["a"][s]), float(c["d"][s])),
+                                   tuple(float(x) for x in cur_pad))
+        if prm.charge_fading:
+            emo = padm.faded_emotional_factor(emo, min(1.0, float(gr.charge[s]) * gamma))
     else:
         emo = 0.5
     return sem, temporal, float(c["importance"][s]), emo

@@ -567,11 +567,9 @@ def test_writes_through_the_grimoire_keep_the_scan_terms_current(monkeypatch):
             rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32), np.ones((1, 3)), NOW, prm)
 
 
-@pytest.mark.parametrize("parallel_from", [1, 10**9])
-def test_refreshing_some_slots_serially_or_over_threads_gives_the_full_refresh(monkeypatch, parallel_from):
-    """refresh_scan(slots) recomputes exactly the terms at those slots, whichever kernel it picks."""
-    import golem.grimoire as grimoire_mod
-    monkeypatch.setattr(grimoire_mod, "PARALLEL_TERMS", parallel_from)
+def test_refreshing_some_slots_gives_the_full_refresh():
+    """refresh_scan(slots) recomputes exactly the terms at those slots (what the whole refresh
+    gives); the embeddings' setter their norms."""
     rng = np.random.default_rng(11)
     gr = Grimoire(3, 40, 8)
     gr.count[:] = 40
@@ -589,6 +587,11 @@ def test_refreshing_some_slots_serially_or_over_threads_gives_the_full_refresh(m
     gr.refresh_scan(slots)
     for got, w in zip((gr.norm2, gr.recency, gr.charge), want):
         np.testing.assert_array_equal(got, w)
+    gr.emb[5:9] = rng.standard_normal((4, 8))
+    gr.emb[[20, 30]] = rng.standard_normal((2, 8))
+    gr.emb[40] = rng.standard_normal(8)
+    assert gr.scan_is_current()
+    np.testing.assert_array_equal(gr.norm2, (gr.codes.astype(np.int64) ** 2).sum(axis=1))
 
 
 def test_new_constants_and_a_far_now_recompute_the_terms():
