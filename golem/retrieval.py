@@ -19,12 +19,11 @@ from golem.grimoire import ARCHIVED, DAY_MS, Grimoire
 HOUR_MS = 3_600_000.0
 
 
-def four_factor_score(semantic: float, hours_since_access: float, importance: float, emotional: float,
-                      weights: tuple[float, float, float, float] = (0.40, 0.20, 0.25, 0.15),
-                      temporal_base: float = 0.995) -> float:
-    """0.40 semantic + 0.20 * 0.995^hours + 0.25 importance + 0.15 emotional (SPEC §4.1)."""
-    return (weights[0] * semantic + weights[1] * temporal_base ** hours_since_access
-            + weights[2] * importance + weights[3] * emotional)
+def four_factor_score(semantic: float, temporal: float, importance: float, emotional: float,
+                      weights: tuple[float, float, float, float] = (0.40, 0.20, 0.25, 0.15)) -> float:
+    """0.40 semantic + 0.20 temporal + 0.25 importance + 0.15 emotional (SPEC §4.1), temporal being
+    0.995^hours since the last access; in this order, as the kernel adds them."""
+    return weights[0] * semantic + weights[1] * temporal + weights[2] * importance + weights[3] * emotional
 
 
 def six_factor_score(relevance: float, decayed_strength: float, recency: float, spreading: float,
@@ -139,7 +138,6 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
     `entry_factors` (SPEC §4.1), times 1 + salience * cap when the salience rank is live."""
     c = gr.cols
     gr.prepare_scan(prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, now_ms)
-    w = prm.weights
     rows = []
     for s in range(g * gr.capacity, g * gr.capacity + int(gr.count[g])):
         if c["status"][s] == ARCHIVED:
@@ -154,7 +152,7 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
         if valence_sign < 0 and not (c["has_tag"][s] and pv < 0):
             continue
         sem, temporal, imp, emo = entry_factors(gr, s, query, cur_pad, now_ms, prm)
-        score = w[0] * sem + w[1] * temporal + w[2] * imp + w[3] * emo
+        score = four_factor_score(sem, temporal, imp, emo, prm.weights)
         if prm.live:
             score *= 1.0 + float(c["salience"][s]) * prm.salience_cap
         rows.append((s, score, (sem, temporal, imp, emo)))
