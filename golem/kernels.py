@@ -615,10 +615,8 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         m = min(BLOCK, n - b0)
         m8 = (m + 7) // 8 * 8
         s0 = lo + b0
-        # pass 1: the integer dot products, ROWS rows at a time, and the next block's columns
-        # prefetched (at a slab's end the next Golem's first block: a slab of 1,024 is only four
-        # blocks, and each scan would start cold). Sixteen rows' lines at a time: one of each
-        # float32 column, two of last_access_ms, every 64 rows one of each byte column.
+        # pass 1: the integer dot products, ROWS rows at a time (the last rows of the arena,
+        # fewer than ROWS, by the scalar loop)
         for j in range(0, m, ROWS):
             if s0 + j + ROWS <= n_rows:
                 _dots(codes, s0 + j, qcodes, gi, dot_b, j)
