@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 from sim.market import SEVERITIES, MarketEvent, Tape
 from sim.recorder import read_table
@@ -66,6 +65,7 @@ def derive_regimes(open_: np.ndarray, close: np.ndarray, bar_ms: int, crash_retu
     R >= s * sqrt(bars per day) (a one-sigma day up), bear if R <= -that, else calm. Bars
     without a full day (or week) of history are calm (or judged by r alone).
     """
+    import polars as pl   # here, not at the top: a generated market's run never loads polars
     T = close.size
     w = max(2, int(round(DAY_MS / max(bar_ms, 1))))
     r = np.log(close / open_)
@@ -125,6 +125,7 @@ def tape_from_file(scenario: Scenario, cfg=None) -> Tape:
     window is inclusive at both ends). The regime follows `derive_regimes` on the tape's first asset.
     Bad tape data raises TapeError (the CLI prints it as one line, exit 2).
     """
+    import polars as pl   # here, not at the top: a generated market's run never loads polars
     from sim.tapes import TapeError, detect_events, read_tape
 
     spec = scenario.market.tape
@@ -250,6 +251,7 @@ def tape_from_run(run_dir: str | Path) -> Tape:
     time then asset) and `tape_events` tables. Bars are the ones the run recorded (all it could
     read); regime/protocol names and bar_ms come from manifest["tape"] (runs without it: the
     generator defaults, regimes in order of first appearance)."""
+    import polars as pl   # here, not at the top: a generated market's run never loads polars
     run_dir = Path(run_dir)
     mpath = run_dir / "manifest.json"
     try:

@@ -5,6 +5,7 @@ import fcntl
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +16,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # every retrieval in the tests first checks the Grimoire's scan terms against its columns
 # (golem.retrieval.CHECK_SCAN): a write that forgets Grimoire.refresh_scan fails the test it is in
 os.environ.setdefault("GOLEM_CHECK_SCAN", "1")
+# the suite starts a hundred-odd engine processes (the command line, sweeps, spawn pools): with
+# PYTHONDONTWRITEBYTECODE set (some machines set it), each compiled the engine's own modules from
+# source, a quarter of a second apiece; here the first one caches their bytecode for the rest
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 
