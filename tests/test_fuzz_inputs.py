@@ -10,7 +10,7 @@ bombs, recursive aliases, deep nesting, keys with newlines or ANSI escapes, empt
 several documents, object tags), plus --set items into lists (golems.0.count, golems.*.asset)
 and malformed ones.
 
-The default run checks 300 cases (a run for one accepted case in four, at most an hour of
+The default run checks 300 cases (a run for one accepted case in five, at most half an hour of
 simulated time, so it stays near a minute); the longer run is
     GOLEM_FUZZ_EXAMPLES=5000 GOLEM_FUZZ_RUN_EVERY=1 .venv/bin/python -m pytest tests/test_fuzz_inputs.py -n 0 -s -q --basetemp=/tmp/golem-fuzz
 and prints its counts (ok / exit 2 / other).
