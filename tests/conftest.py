@@ -54,23 +54,6 @@ def shared_run(tmp_path_factory, name: str, sets=None) -> SimpleNamespace:
     return SimpleNamespace(run_dir=out, manifest=json.loads((out / "manifest.json").read_text()))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def kernels_compiled_once(tmp_path_factory):
-    """Under pytest-xdist, on a checkout whose numba cache is empty (CI's), both workers and the
-    validity map's pool would compile the same kernels at the same time. The first worker compiles
-    them once, with a run of tests/scenarios/liveness.yaml (it exercises the whole mind) under a
-    lock the other worker waits on; every later process loads them from numba's cache. With a
-    warm cache the run takes a second or two, in one worker only."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    root = tmp_path_factory.getbasetemp().parent
-    with open(root / "kernels.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "kernels.done").exists():
-            run_scenario(ROOT / "tests" / "scenarios" / "liveness.yaml", root / "kernels-run")
-            (root / "kernels.done").touch()
-
-
 @pytest.fixture(scope="session")
 def flash_run(tmp_path_factory):
     return run_scenario("flash_crash", tmp_path_factory.mktemp("flash") / "run")
