@@ -567,6 +567,20 @@ def test_writes_through_the_grimoire_keep_the_scan_terms_current(monkeypatch):
             rt.retrieve(gr, np.array([0]), np.ones((1, 8), np.float32), np.ones((1, 3)), NOW, prm)
 
 
+def test_a_checked_retrieval_checks_the_occupied_slots_in_turn(monkeypatch):
+    """GOLEM_CHECK_SCAN checks what the scan reads: the slots below each slab's count, one in
+    CHECK_STRIDE per retrieval, the next residue each time (the empty rest of a slab never)."""
+    gr = Grimoire(3, 16, 8)
+    gr.count[:] = [0, 5, 16]
+    seen = []
+    monkeypatch.setattr(gr, "scan_is_current", lambda slots: seen.append(np.asarray(slots).tolist()) or True)
+    monkeypatch.setattr(rt, "_checks", [0])
+    for _ in range(rt.CHECK_STRIDE):
+        rt._check_scan(gr, np.array([0, 1, 2]))
+    assert seen == [[16, 20, 32, 36, 40, 44], [17, 33, 37, 41, 45], [18, 34, 38, 42, 46], [19, 35, 39, 43, 47]]
+    assert sorted(sum(seen, [])) == [*range(16, 21), *range(32, 48)]
+
+
 def test_refreshing_some_slots_gives_the_full_refresh():
     """refresh_scan(slots) recomputes exactly the terms at those slots (what the whole refresh
     gives); the embeddings' setter their norms."""
