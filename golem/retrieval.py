@@ -178,7 +178,7 @@ class RetrievalResult:
     valence: np.ndarray | None = None
 
 
-#: GOLEM_CHECK_SCAN=1: every retrieval first checks that the scan terms of one slot in
+#: GOLEM_CHECK_SCAN=1: every retrieval first checks that the scan terms of one occupied slot in
 #: `CHECK_STRIDE` of the queried slabs (the next one each time) are what their columns give
 #: (`Grimoire.scan_is_current`): a write that forgot `refresh_scan` fails there. The test suite
 #: sets it.
