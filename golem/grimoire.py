@@ -253,8 +253,16 @@ class Embeddings:
         rows = self._gr.codes[idx]
         self._gr.codes[idx] = quantise(np.broadcast_to(v, rows.shape[:-1] + (self._gr.dim,)).reshape(-1, self._gr.dim),
                                        rows.shape[-1]).reshape(rows.shape)
-        codes = self._gr.codes[idx].astype(np.int32)     # only the codes changed: of the scan
-        self._gr.norm2[idx] = (codes * codes).sum(axis=-1)   # terms, only their squared norm
+        self._gr.refresh_scan(self._slots(idx))
+
+    def _slots(self, idx) -> np.ndarray:
+        """The slots `idx` selects (an int, a slice, an index array or a mask over the rows),
+        without an index array over the whole arena (10^8 slots at the population scale); a
+        negative slot counts from the end in the scan-terms kernel too."""
+        if isinstance(idx, slice):
+            return np.arange(*idx.indices(len(self)))
+        a = np.asarray(idx)
+        return np.flatnonzero(a) if a.dtype == bool else a
 
     def __array__(self, dtype=None, copy=None):
         out = self[:]

@@ -604,6 +604,11 @@ def test_refreshing_some_slots_gives_the_full_refresh():
     gr.emb[5:9] = rng.standard_normal((4, 8))
     gr.emb[[20, 30]] = rng.standard_normal((2, 8))
     gr.emb[40] = rng.standard_normal(8)
+    gr.emb[-1] = rng.standard_normal(8)
+    gr.emb[-5:-2] = rng.standard_normal((3, 8))
+    mask = np.zeros(120, bool)
+    mask[[0, 77]] = True
+    gr.emb[mask] = rng.standard_normal((2, 8))
     assert gr.scan_is_current()
     np.testing.assert_array_equal(gr.norm2, (gr.codes.astype(np.int64) ** 2).sum(axis=1))
 
