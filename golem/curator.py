@@ -53,7 +53,7 @@ def reevaluation_agrees(biased: float, unbiased: float, tolerance: float = 0.1) 
 # --- the pass ---------------------------------------------------------------------------------
 
 from golem import grimoire as gm  # noqa: E402
-from golem.kernels import np_sum  # noqa: E402
+from golem.kernels import np_sum, threaded  # noqa: E402
 from golem import reflex  # noqa: E402
 
 DAY_MS = 86_400_000
@@ -69,7 +69,7 @@ def heat(access_count: np.ndarray) -> np.ndarray:
     return np.where(top > 0, np.log1p(rows) / np.where(top > 0, top, 1.0), 0.0).reshape(access_count.shape)
 
 
-@njit(cache=True, parallel=True)
+@threaded(cache=True)
 def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, importance, confidence, window_ms,
           ttl_days, last_access_ms, status, now_ms, promote_score, demote_score, class_days, protect):
     """Curator step 3 on the due Golems' slabs, in place: promotion/demotion of the decay class by
@@ -186,7 +186,8 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
     # insights when calm (the counterfactual re-run without the mood's bias)
     calm = pop.mood[golems, 1] < cu.calm_arousal    # calm in mood, not just this minute (SPEC §2.1)
-    fig, cnt = balance_and_reevaluate(
+    work = live.size                               # the due Golems' slabs, read by each step
+    fig, cnt = balance_and_reevaluate.on(work)(
         golems, gr.capacity, live, pop.curator_last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
         c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"], c["has_outcome"],
         c["confidence"], calm, bool(cu.balance), cu.valence_gain, cu.arousal_floor, cu.arousal_gain,
@@ -195,7 +196,7 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
     g_cfg = cfg.grimoire
     class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
-    n_up, n_down, n_archived = tiers(golems, gr.capacity, live, c["salience"], c["decay_class"], c["flashbulb"],
+    n_up, n_down, n_archived = tiers.on(work)(golems, gr.capacity, live, c["salience"], c["decay_class"], c["flashbulb"],
                                      c["curator_weight"], c["importance"], c["confidence"], c["window_ms"],
                                      c["ttl_days"], c["last_access_ms"], c["status"], now_ms, cu.promote_score,
                                      cu.demote_score, class_days, gr.protect)
@@ -223,7 +224,7 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
                        np.searchsorted(owners, np.arange(n + 1)).astype(np.int64), applied, bool(cu.balance))
 
 
-@njit(cache=True, parallel=True)
+@threaded(cache=True)
 def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias,
                            category, outcome, raw_outcome, has_outcome, confidence, calm, balance, valence_gain,
                            arousal_floor, arousal_gain, minority_threshold, high_arousal, insight, validation,
@@ -364,13 +365,13 @@ def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_co
     flag (confidence below `low_flag`, compared in float32 as the column is, after at least
     `low_flag_accesses` accesses); returns each Golem's low-confidence count. log1p comes from a
     table numpy computes (numpy's SIMD log1p and libm's differ in the last bit for ~1 % of values)."""
-    top = _slab_max(golems, cap, live, access_count)
+    top = _slab_max.on(live.size)(golems, cap, live, access_count)
     table = np.log1p(np.arange(max(int(top.max()), 0) + 1, dtype=np.float64))
-    return _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,
+    return _heat_and_flags.on(live.size)(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,
                            np.float32(low_flag), low_flag_accesses)
 
 
-@njit(cache=True, parallel=True)
+@threaded(cache=True)
 def _slab_max(golems, cap, live, values):
     """Each row's largest live value (0 when none is larger)."""
     top = np.zeros(golems.size, dtype=np.int64)
@@ -382,7 +383,7 @@ def _slab_max(golems, cap, live, values):
     return top
 
 
-@njit(cache=True, parallel=True)
+@threaded(cache=True)
 def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table, low_flag,
                     low_flag_accesses):
     n_low = np.zeros(golems.size, dtype=np.int64)

@@ -359,9 +359,10 @@ class Grimoire:
         args = (self.codes, c["last_access_ms"], c["i0"], c["created_ms"], c["reactivated"], c["last_react_ms"],
                 *self.scan_constants(), self.norm2, self.recency, self.charge)
         if slots is None:
-            kernels.scan_terms_all(*args)
+            kernels.scan_terms_all.on(self.norm2.size)(*args)
         elif np.size(slots):
-            kernels.scan_terms(np.ascontiguousarray(slots, dtype=np.int64).ravel(), *args)
+            slots = np.ascontiguousarray(slots, dtype=np.int64).ravel()
+            kernels.scan_terms.on(slots.size)(slots, *args)
 
     def set_scan(self, temporal_base: float, half_life_ms: float, react_boost: float) -> None:
         """The constants the scan terms are computed with (the retrieval's); a change recomputes them."""
@@ -384,7 +385,7 @@ class Grimoire:
         compute now from the columns (GOLEM_CHECK_SCAN makes retrievals ask it)."""
         idx = np.arange(self.norm2.size) if slots is None else np.ascontiguousarray(slots, dtype=np.int64).ravel()
         c = self.cols
-        return kernels.scan_terms_stale(idx, self.codes, c["last_access_ms"], c["i0"], c["created_ms"], c["reactivated"],
+        return kernels.scan_terms_stale.on(idx.size)(idx, self.codes, c["last_access_ms"], c["i0"], c["created_ms"], c["reactivated"],
                                         c["last_react_ms"], *self.scan_constants(), self.norm2, self.recency,
                                         self.charge) == 0
 
@@ -439,7 +440,9 @@ class Grimoire:
         """
         golem = np.asarray(golem, dtype=np.int64)
         c = self.cols
-        slots, evicted = _pick_slots(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
+        # work: the rows, and a slab scored for each row whose Golem's slab is full
+        work = golem.size + self.capacity * int(np.count_nonzero(self.count[golem] >= self.capacity))
+        slots, evicted = _pick_slots.on(work)(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
                                      c["salience"], c["decay_class"], c["flashbulb"].view(np.int8), c["status"],
                                      MANY_EVICTIONS, self.protect)
         ok = slots >= 0
@@ -593,7 +596,7 @@ def _eviction_scores(imp, conf, sl, dc, fb, st, keep, buf):
 MANY_EVICTIONS = 1
 
 
-@njit(cache=True, parallel=True)
+@kernels.threaded(cache=True)
 def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class, flashbulb, status,
                 many=MANY_EVICTIONS, protect=PROTECTED_SALIENCE):
     """Sequentially choose a slot for each new entry of each Golem: the next free one, else evict.

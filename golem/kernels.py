@@ -57,13 +57,19 @@ How it is fast and still exact (docs/performance.md has the measurements and the
 `exp2` is a branch-free 2**x (degree-13 Taylor polynomial by FMA) within 2 ulp of libm, the same
 bits on every machine: the scan terms and a query's tau and gamma are made with it.
 
+`threaded` compiles a prange kernel twice: over numba's threads and on the calling thread. A call
+chooses by the work it has (`Threaded.on`): waking the threads costs ~0.1-0.2 ms a call (more
+while the other core is busy), far more than a dozen Golems' rows take.
+
 `np_sum` is numpy's summation order for kernels elsewhere (the curator's, the appraisal's) that
 replace a numpy sum and must give its bits.
 """
 from __future__ import annotations
 
 import math
+import types as pytypes
 
+import numba
 import numpy as np
 from llvmlite import binding as llb
 from llvmlite import ir
@@ -86,6 +92,38 @@ CHUNK = 32
 #: interleaved groups whose maxima bound a block's k-th best while a top-k list is filling
 GROUP = 32
 HOUR_MS = 3_600_000.0
+#: a threaded kernel's call with less work than this (entries scanned or written, cells read) runs
+#: on the calling thread: numba's threads cost more to wake than they save below it
+PARALLEL_MIN_WORK = 1 << 14
+
+
+class Threaded:
+    """A prange kernel compiled twice: `parallel` over numba's threads, `serial` on the calling
+    thread. Its rows touch only their own data and nothing is summed across rows, so both give the
+    same bits (a run with every call on either is byte-identical: tests/test_kernels.py). Calling
+    it runs the parallel one; `on(work)` picks by the call's work."""
+
+    def __init__(self, parallel, serial):
+        self.parallel, self.serial = parallel, serial
+        self.__doc__, self.__name__ = parallel.__doc__, parallel.__name__
+
+    def __call__(self, *args):
+        return self.parallel(*args)
+
+    def on(self, work: int):
+        """The compiled kernel for a call of this much work."""
+        return self.parallel if work >= PARALLEL_MIN_WORK and numba.get_num_threads() > 1 else self.serial
+
+
+def threaded(**opts):
+    """`@njit(parallel=True, **opts)` and the same function compiled without threads, as a
+    `Threaded`. The serial copy has its own name, so numba caches the two apart."""
+    def wrap(fn):
+        serial = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
+                                      fn.__closure__)
+        serial.__qualname__ = fn.__qualname__ + "_serial"
+        return Threaded(njit(parallel=True, **opts)(fn), njit(**opts)(serial))
+    return wrap
 
 
 def query_max(stride: int) -> int:
@@ -410,7 +448,7 @@ def _scan_terms_at(s, codes, last_access_ms, i0, created_ms, reactivated, last_r
     charge[s] = charge_term(i0[s], created_ms[s], reactivated[s], last_react_ms[s], epoch_ms, inv_hl, boost)
 
 
-@njit(cache=True, parallel=True)
+@threaded(cache=True)
 def scan_terms(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
                inv_hl, boost, norm2, recency, charge):
     """The scan terms (norm2, recency, charge) of the entries at `slots`, from their columns, over
@@ -420,7 +458,7 @@ def scan_terms(slots, codes, last_access_ms, i0, created_ms, reactivated, last_r
                        lg2_per_ms, inv_hl, boost, norm2, recency, charge)
 
 
-@njit(cache=True, parallel=True)
+@threaded(cache=True)
 def scan_terms_all(codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
                    inv_hl, boost, norm2, recency, charge):
     """`scan_terms` of every slot (a new epoch, new constants, a loaded state), without an index array."""
@@ -429,7 +467,7 @@ def scan_terms_all(codes, last_access_ms, i0, created_ms, reactivated, last_reac
                        lg2_per_ms, inv_hl, boost, norm2, recency, charge)
 
 
-@njit(cache=True, parallel=True)
+@threaded(cache=True)
 def scan_terms_stale(slots, codes, last_access_ms, i0, created_ms, reactivated, last_react_ms, epoch_ms, lg2_per_ms,
                      inv_hl, boost, norm2, recency, charge):
     """How many of `slots` hold scan terms other than their columns give now (0: all current);
@@ -779,7 +817,7 @@ def validate_drivers(drove, drove_sign, sgn, ids, confidence, up, down):
             confidence[s] = min(max(x, np.float32(0.0)), np.float32(1.0))
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@threaded(cache=True, nogil=True)
 def served_valence(slots, has_tag, p):
     """(tagged, valence) of each served cell: has_tag[slot] (False where slot is -1) and p[slot]
     where tagged, else 0, in p's dtype: numpy's `served & has_tag[safe]` and `np.where(tagged,
@@ -972,7 +1010,7 @@ def rumination_window(ix, slots, valence, neg_share):
     return nserved, safe
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@threaded(cache=True, nogil=True)
 def recall_served(slots, shadow, now_ms, last_access_ms, access_count, acted_on_count, acted_lo, acted_hi,
                   ids, topic, has_outcome, confidence, outcome,
                   tagged, factors, context_topics, cosine, reactivated, react_count, last_react_ms,

@@ -243,7 +243,8 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
 def served_valence(gr: Grimoire, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which served cells hold a tagged entry, and its valence (p; 0 where untagged or empty), in
     one threaded pass (`kernels.served_valence`)."""
-    return kernels.served_valence(np.ascontiguousarray(slots, dtype=np.int64), gr.cols["has_tag"], gr.cols["p"])
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    return kernels.served_valence.on(slots.size)(slots, gr.cols["has_tag"], gr.cols["p"])
 
 
 #: the served entries' columns `recall` hands out (besides the shadow ranking's ids)
@@ -268,7 +269,8 @@ def recall(gr: Grimoire, slots: np.ndarray, shadow: np.ndarray, now_ms: int, tag
     if context_topics is None:
         tagged, factors = np.zeros(slots.shape, dtype=bool), np.full(slots.shape + (1,), np.nan)
         context_topics = np.empty((slots.shape[0], 0), dtype=np.int64)
-    got = kernels.recall_served(slots, np.ascontiguousarray(shadow, dtype=np.int64),
+    # work: the cells, each touching some sixteen columns of its entry
+    got = kernels.recall_served.on(16 * slots.size)(slots, np.ascontiguousarray(shadow, dtype=np.int64),
                                 np.int64(now_ms), c["last_access_ms"], c["access_count"], c["acted_on_count"],
                                 gr.acted_lo, gr.acted_hi,
                                 *(c[name] for name in SERVED_COLUMNS[:-1]),   # access_count is above

@@ -702,7 +702,8 @@ def test_kernel_agrees_with_reference_on_slabs_past_a_block(arena, prm, flt):
 @given(arenas(), params)
 def test_served_valence_is_the_numpy_expressions(arena, prm):
     """served_valence = (served & has_tag[safe], np.where(tagged, p[safe], 0.0)), dtypes included;
-    and the kernel's own copy of it (read at the end of each Golem's scan) is the same."""
+    and the kernel's own copy of it (read at the end of each Golem's scan) is the same, on one
+    thread and on numba's."""
     gr, q, pad = arena
     c = gr.cols
     res = rt.retrieve(gr, np.arange(gr.n_golems), q, pad, NOW, prm)
@@ -710,7 +711,9 @@ def test_served_valence_is_the_numpy_expressions(arena, prm):
     safe = np.where(served, res.slots, 0)
     want_tagged = served & c["has_tag"][safe]
     want_val = np.where(want_tagged, c["p"][safe], 0.0)
-    for tagged, val in (rt.served_valence(gr, res.slots), (res.tagged, res.valence)):
+    for tagged, val in (kernels.served_valence.serial(res.slots, c["has_tag"], c["p"]),
+                        kernels.served_valence.parallel(res.slots, c["has_tag"], c["p"]),
+                        rt.served_valence(gr, res.slots), (res.tagged, res.valence)):
         assert tagged.dtype == want_tagged.dtype and val.dtype == want_val.dtype
         np.testing.assert_array_equal(tagged, want_tagged)
         np.testing.assert_array_equal(val, want_val)
@@ -965,3 +968,28 @@ def test_learn_markers_is_the_array_expressions(seed, golems, patterns):
     kernels.learn_markers(ix, pt, p, a, target, emo, lr, som_sum, som_ar, som_cnt, som_target, som_emo)
     for got, w in zip((som_sum, som_ar, som_cnt, som_target, som_emo), want):
         assert got.dtype == w.dtype and got.tobytes() == w.tobytes()
+
+
+def test_threaded_kernels_give_a_run_the_same_bytes_on_one_thread_or_many(tmp_path, monkeypatch):
+    """Every `kernels.Threaded` call of a run on its serial compile, then on its parallel one:
+    byte-identical tables. A small capacity and a Clade panic make the run evict, curate, recall
+    and push, so each threaded kernel is called (and the test says so if one stops being)."""
+    from conftest import run_scenario
+
+    called: dict[str, set] = {}      # served_valence (the anti-rumination guard's) has its own test above
+
+    def forced(which):
+        def on(self, work):
+            called.setdefault(which, set()).add(self.__name__)
+            return getattr(self, which)
+        return on
+
+    hashes = {}
+    for which in ("serial", "parallel"):
+        monkeypatch.setattr(kernels.Threaded, "on", forced(which))
+        res = run_scenario("clade_panic", tmp_path / which, sets=["duration=10h", "grimoire.capacity=24"])
+        hashes[which] = res.manifest["hashes"]
+    assert hashes["serial"] == hashes["parallel"]
+    assert called["serial"] == called["parallel"] >= {
+        "recall_served", "scan_terms", "scan_terms_stale", "_pick_slots", "tiers",
+        "balance_and_reevaluate", "_slab_max", "_heat_and_flags"}
