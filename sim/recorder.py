@@ -188,14 +188,11 @@ class _Growing:
         self.data = np.empty(max(int(capacity), 1024), dtype=dtype)
         self.n = 0
 
-    def append(self, a: np.ndarray) -> None:
-        m = self.n + len(a)
-        if m > self.data.size:
-            grown = np.empty(max(m, 2 * self.data.size), dtype=self.data.dtype)
-            grown[:self.n] = self.data[:self.n]
-            self.data = grown
-        self.data[self.n:m] = a
-        self.n = m
+    def grow(self, m: int) -> None:
+        """Room for at least `m` values (doubling)."""
+        grown = np.empty(max(m, 2 * self.data.size), dtype=self.data.dtype)
+        grown[:self.n] = self.data[:self.n]
+        self.data = grown
 
     def __len__(self) -> int:
         return self.n
@@ -234,24 +231,29 @@ class Recorder:
 
     def add(self, table: str, columns: dict) -> None:
         """Append rows given as a dict of equal-length columns (schema types): numpy arrays, lists,
-        object arrays, Arrow arrays or `Names`."""
-        chunks = [columns[name] for name in self.buf[table]]
-        n = {len(c) for c in chunks}
-        if len(n) != 1:
-            raise ValueError(f"{table}: columns of different lengths {sorted(n)}")
-        n = n.pop()
-        if n:
-            for name, c in zip(self.buf[table], chunks):
-                col = self.buf[table][name]
-                if isinstance(c, np.ndarray) and c.ndim == 1 and c.dtype != object:
-                    last = col[-1] if col else None
-                    if not (isinstance(last, _Growing) and last.data.dtype == c.dtype):
-                        last = _Growing(c.dtype, self._sizes.get((table, name), 0) * 9 // 8)
-                        col.append(last)
-                    last.append(c)
-                else:
-                    col.append(c)
-            self.buffered[table] += n
+        object arrays, Arrow arrays or `Names`. Called a few times a tick for every table, so a
+        numeric column's copy into its buffer is written out here rather than as calls."""
+        buf = self.buf[table]
+        chunks = [columns[name] for name in buf]
+        n = len(chunks[0])
+        if any(len(c) != n for c in chunks):
+            raise ValueError(f"{table}: columns of different lengths {sorted({len(c) for c in chunks})}")
+        if not n:
+            return
+        for (name, col), c in zip(buf.items(), chunks):
+            if type(c) is np.ndarray and c.ndim == 1 and c.dtype.kind != "O":
+                last = col[-1] if col else None
+                if last.__class__ is not _Growing or last.data.dtype != c.dtype:
+                    last = _Growing(c.dtype, self._sizes.get((table, name), 0) * 9 // 8)
+                    col.append(last)
+                m = last.n + n
+                if m > last.data.size:
+                    last.grow(m)
+                last.data[last.n:m] = c
+                last.n = m
+            else:
+                col.append(c)
+        self.buffered[table] += n
 
     def pending(self) -> int:
         return sum(self.buffered.values())

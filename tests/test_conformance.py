@@ -431,6 +431,30 @@ def test_an_empty_observation_aborts_its_write_loudly():
     assert cand.aborted == [(0, K_PRICE, "ETH/price-move", "empty embedding")]
 
 
+def test_candidate_columns_keep_each_values_type_and_sign():
+    """Scalar columns repeat every tick and are made once: a column is still its values in their
+    own dtype per add (0.0 and -0.0, 1 and True, 1 and 1.0 apart), concatenated in add order."""
+    cand = Candidates()
+    for v in (0.0, -0.0, 1, True, 1.0, np.float32(1.0), "x", -0.0, 0.0):
+        cand.add(np.ones((2, 4)), ["T/x", "T/x"], v=v, w=np.array([1.5, -2.5]))
+    _, cols, topics = cand.build()
+    v = cols["v"]
+    assert v.dtype == object                       # with the str, as np.concatenate gives
+    got = v.tolist()
+    assert [math.copysign(1.0, x) for x in got[:4]] == [1.0, 1.0, -1.0, -1.0]
+    assert [type(x) for x in got[4:10]] == [int, int, bool, bool, float, float]
+    assert got[12:14] == ["x", "x"]
+    assert [math.copysign(1.0, x) for x in got[14:]] == [-1.0, -1.0, 1.0, 1.0]
+    assert cols["w"].tolist() == [1.5, -2.5] * 9 and topics.size == 18
+    assert cols["raw_outcome"].dtype == np.float64 and np.isnan(cols["raw_outcome"]).all()
+    floats = Candidates()
+    for v in (0.0, -0.0, np.float32(2.0)):
+        floats.add(np.ones((1, 4)), ["T/x"], v=v)
+    out = floats.build()[1]["v"]
+    assert out.dtype == np.float64 and np.signbit(out).tolist() == [False, True, False]
+    assert out.flags.writeable
+
+
 def test_the_world_logs_an_aborted_write_as_an_error(tmp_path):
     from structlog.testing import capture_logs
     w = _world(tmp_path)
