@@ -186,7 +186,8 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
     # insights when calm (the counterfactual re-run without the mood's bias)
     calm = pop.mood[golems, 1] < cu.calm_arousal    # calm in mood, not just this minute (SPEC §2.1)
-    work = live.size                               # the due Golems' slabs, read by each step
+    # work: the entries each step reads (a slab's empty capacity is a skipped flag a slot)
+    work = int(gr.count[golems].sum())
     fig, cnt = balance_and_reevaluate.on(work)(
         golems, gr.capacity, live, pop.curator_last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
         c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"], c["has_outcome"],
@@ -208,7 +209,7 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     lesson_ids = _write_lessons(mind, now_ms, golems, grp_row, anchors, starts, members)
     # 5. reflex candidates, heat, low-confidence flags (on the slabs as the lessons left them)
     low_conf = heat_and_flags(golems, gr.capacity, live, c["access_count"], c["confidence"], c["heat"], c["low_conf"],
-                              cfg.confidence.low_flag, cfg.confidence.low_flag_accesses)
+                              cfg.confidence.low_flag, cfg.confidence.low_flag_accesses, work)
     props, owners = reflex.proposals(gr, golems, now_ms, cfg.reflex.promotion_min, cfg.reflex.promotion_window_days)
     applied = cfg.reflex.promotion == "auto"
     if applied:
@@ -359,15 +360,17 @@ def lesson_groups(golems, cap, live, scope, topic, created_ms, consolidated, cat
     return grp_row[:n_grp].copy(), anchors[:n_grp].copy(), starts[:n_grp + 1].copy(), members[:at].copy()
 
 
-def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, low_flag, low_flag_accesses):
+def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, low_flag, low_flag_accesses,
+                   work: int | None = None):
     """Curator step 5's per-entry flags on the live slots, in place: heat (`heat` of the slab:
     log1p(accesses) / log1p(the slab's most), 0 when nothing was accessed) and the low-confidence
     flag (confidence below `low_flag`, compared in float32 as the column is, after at least
     `low_flag_accesses` accesses); returns each Golem's low-confidence count. log1p comes from a
     table numpy computes (numpy's SIMD log1p and libm's differ in the last bit for ~1 % of values)."""
-    top = _slab_max.on(live.size)(golems, cap, live, access_count)
+    work = live.size if work is None else work          # the entries the slabs hold, when the caller knows
+    top = _slab_max.on(work)(golems, cap, live, access_count)
     table = np.log1p(np.arange(max(int(top.max()), 0) + 1, dtype=np.float64))
-    return _heat_and_flags.on(live.size)(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,
+    return _heat_and_flags.on(work)(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,
                            np.float32(low_flag), low_flag_accesses)
 
 
