@@ -442,9 +442,10 @@ class Grimoire:
         c = self.cols
         # work: the rows, and a slab scored for each row whose Golem's slab is full
         work = golem.size + self.capacity * int(np.count_nonzero(self.count[golem] >= self.capacity))
-        slots, evicted = _pick_slots.on(work)(golem, self.count, self.capacity, c["id"], c["importance"], c["confidence"],
-                                     c["salience"], c["decay_class"], c["flashbulb"].view(np.int8), c["status"],
-                                     MANY_EVICTIONS, self.protect)
+        slots, evicted = _pick_slots.on(work)(golem, np.argsort(golem, kind="stable"), self.count, self.capacity,
+                                              c["id"], c["importance"], c["confidence"], c["salience"],
+                                              c["decay_class"], c["flashbulb"].view(np.int8), c["status"],
+                                              MANY_EVICTIONS, self.protect)
         ok = slots >= 0
         every = bool(ok.all())                      # the usual case: no row to drop
         n_ok = golem.size if every else int(ok.sum())
@@ -597,7 +598,7 @@ MANY_EVICTIONS = 1
 
 
 @kernels.threaded(cache=True)
-def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class, flashbulb, status,
+def _pick_slots(golem, order, count, cap, ids, importance, confidence, sal, decay_class, flashbulb, status,
                 many=MANY_EVICTIONS, protect=PROTECTED_SALIENCE):
     """Sequentially choose a slot for each new entry of each Golem: the next free one, else evict.
 
@@ -607,11 +608,12 @@ def _pick_slots(golem, count, cap, ids, importance, confidence, sal, decay_class
     the buffer's minimum and sets it to +inf, which is what scoring the slab again would give, or,
     for more than `many` of them (a Clade push brings a Golem dozens of copies at once), the next
     of the buffer's smallest values in (value, slot) order, the same sequence. Also returns the id
-    each chosen slot held. A Golem's entries are placed in batch order; Golems touch only their
-    own slabs, so they are spread over numba's threads with the same result."""
+    each chosen slot held. A Golem's entries are placed in batch order (`order`: a stable argsort of
+    `golem`, made by numpy so that numba compiles no sort of its own, ~4 s of a first run's
+    compiling); Golems touch only their own slabs, so they are spread over numba's threads with the
+    same result."""
     out = np.empty(golem.size, dtype=np.int64)
     evicted = np.full(golem.size, -1, dtype=np.int64)   # the id each slot held (-1: none)
-    order = np.argsort(golem, kind="mergesort")      # stable: a Golem's entries in batch order
     starts = np.empty(golem.size + 1, dtype=np.int64)
     n_groups = 0
     for j in range(golem.size):

@@ -288,8 +288,9 @@ def test_slot_picker_matches_the_reference(seed, n_golems, cap, batch):
     want = _reference_slots(golems, gr.count, cap, c["importance"], c["confidence"], c["salience"],
                             c["decay_class"], c["flashbulb"], c["status"])
     for many in (0, 3):     # the sorted path for a Golem's evictions beyond `many` (insert: MANY_EVICTIONS)
-        picked, held = gm._pick_slots(golems, gr.count.copy(), cap, c["id"], c["importance"], c["confidence"],
-                                      c["salience"], c["decay_class"].copy(), c["flashbulb"].view(np.int8), c["status"], many)
+        picked, held = gm._pick_slots(golems, np.argsort(golems, kind="stable"), gr.count.copy(), cap, c["id"],
+                                      c["importance"], c["confidence"], c["salience"], c["decay_class"].copy(),
+                                      c["flashbulb"].view(np.int8), c["status"], many)
         assert picked.tolist() == want
         assert held.tolist() == [int(c["id"][t]) if t >= 0 else -1 for t in want]
     slots, ids = gr.insert(golems, rng.normal(size=(batch, 4)), dict(decay_class=gm.TACTICAL))
