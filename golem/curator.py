@@ -80,8 +80,8 @@ def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, i
 
     Unprotected live entries only (structural, flashbulb or salience >= `protect` are protected).
     score = weight * importance * confidence * (1 + salience) is computed and compared in the
-    columns' float32; the window in float64. Golems touch only their own slabs, so they are spread
-    over numba's threads."""
+    columns' float32; the window in float64. Golems touch only their own slabs, so they can be
+    spread over numba's threads (`kernels.threaded`)."""
     n = golems.size
     n_up = np.zeros(n, dtype=np.int64)
     n_down = np.zeros(n, dtype=np.int64)
