@@ -197,10 +197,10 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     # 3. promotion / demotion by weighted curator score, and archiving of expired entries
     g_cfg = cfg.grimoire
     class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
-    n_up, n_down, n_archived = tiers.on(work)(golems, gr.capacity, live, c["salience"], c["decay_class"], c["flashbulb"],
-                                     c["curator_weight"], c["importance"], c["confidence"], c["window_ms"],
-                                     c["ttl_days"], c["last_access_ms"], c["status"], now_ms, cu.promote_score,
-                                     cu.demote_score, class_days, gr.protect)
+    n_up, n_down, n_archived = tiers.on(work)(
+        golems, gr.capacity, live, c["salience"], c["decay_class"], c["flashbulb"], c["curator_weight"],
+        c["importance"], c["confidence"], c["window_ms"], c["ttl_days"], c["last_access_ms"], c["status"], now_ms,
+        cu.promote_score, cu.demote_score, class_days, gr.protect)
     # 4. consolidation into lessons, each Golem's groups in (scope, topic) order
     grp_row, anchors, starts, members = lesson_groups(
         golems, gr.capacity, live, c["scope"], c["topic"], c["created_ms"], c["consolidated"], c["category"],
@@ -371,7 +371,7 @@ def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_co
     top = _slab_max.on(work)(golems, cap, live, access_count)
     table = np.log1p(np.arange(max(int(top.max()), 0) + 1, dtype=np.float64))
     return _heat_and_flags.on(work)(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,
-                           np.float32(low_flag), low_flag_accesses)
+                                    np.float32(low_flag), low_flag_accesses)
 
 
 @threaded(cache=True)

@@ -385,9 +385,9 @@ class Grimoire:
         compute now from the columns (GOLEM_CHECK_SCAN makes retrievals ask it)."""
         idx = np.arange(self.norm2.size) if slots is None else np.ascontiguousarray(slots, dtype=np.int64).ravel()
         c = self.cols
-        return kernels.scan_terms_stale.on(idx.size)(idx, self.codes, c["last_access_ms"], c["i0"], c["created_ms"], c["reactivated"],
-                                        c["last_react_ms"], *self.scan_constants(), self.norm2, self.recency,
-                                        self.charge) == 0
+        stale = kernels.scan_terms_stale.on(idx.size)
+        return stale(idx, self.codes, c["last_access_ms"], c["i0"], c["created_ms"], c["reactivated"],
+                     c["last_react_ms"], *self.scan_constants(), self.norm2, self.recency, self.charge) == 0
 
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("cols")
