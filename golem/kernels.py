@@ -48,7 +48,7 @@ How it is fast and still exact (docs/performance.md has the measurements and the
 - Pool sums (emotional factor, valence) are four interleaved partial sums per block (j mod 4),
   combined pairwise and added block by block: a fixed order, so deterministic on every machine;
   they agree with a sequential sum to ~1e-15 relative.
-- `retrieve_batch_parallel` runs the same per-Golem function over numba's threads (prange over
+- `retrieve_batch` is `threaded`: over numba's threads it runs the same per-Golem function (prange over
   Golems: each reads its own slab and writes its own rows, so results do not depend on threads).
 - Every slot below a slab's count holds an entry (`golem.grimoire`: entries are replaced, never
   removed), so the scan does not read the id column; untagged entries get the emotional factor
@@ -763,32 +763,15 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     out_pool[gi, POOL_BEST_SEMANTIC] = best_sem
 
 
-@njit(cache=True, error_model="numpy")
+@threaded(cache=True, error_model="numpy")
 def retrieve_batch(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
                    codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
                    has_tag, p_tag, a_tag, d_tag, recency, charge,
                    weights, charge_fading, k, sal_cap, min_conf, live,
                    out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
-    """Four-factor retrieval for a batch of Golems, one after the other (see the module doc)."""
-    for gi in range(golems.size):
-        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
-                        codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
-                        has_tag, p_tag, a_tag, d_tag, recency, charge,
-                        weights, charge_fading, k, sal_cap, min_conf, live,
-                        out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
-
-
-@njit(cache=True, error_model="numpy", parallel=True)
-def retrieve_batch_parallel(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
-                            codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
-                            has_tag, p_tag, a_tag, d_tag, recency, charge,
-                            weights, charge_fading, k, sal_cap, min_conf, live,
-                            out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
-    """`retrieve_batch` with the Golems spread over numba's threads (NUMBA_NUM_THREADS).
-
-    Each Golem reads only its slab and writes only its own output rows, so the result is the
-    same, bit for bit, whatever the number of threads or their scheduling.
-    """
+    """Four-factor retrieval for a batch of Golems (see the module doc). Each Golem reads only its
+    slab and writes only its own output rows, so the result is the same, bit for bit, on one
+    thread or spread over numba's (`threaded`)."""
     for gi in prange(golems.size):
         _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
                         codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,

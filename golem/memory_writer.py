@@ -3,7 +3,6 @@ applies all writes of a tick batch at the end, in a fixed order (Golem id, then 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,28 +18,6 @@ KINDS = ("price-move", "event", "trade", "regret", "dominance-correction", "flas
 
 #: columns a candidate may leave out, with their default
 DEFAULTS = {"raw_outcome": np.nan, "regime": 0, "tokens": "", "force": False}
-
-
-_FILLED: dict[tuple, np.ndarray] = {}
-
-
-def _filled(v, n: int) -> np.ndarray:
-    """A column of n copies of v (a scalar or a length-n sequence) in v's numpy dtype (object for a
-    str). Scalar columns repeat tick after tick (a kind, a role, a default), so each is made once
-    and kept read-only: `build` concatenates, so no chunk is ever written."""
-    key = (type(v), v, n) if isinstance(v, (bool, int, float, str, np.generic)) else None
-    if key is not None and v == 0 and isinstance(v, (float, np.floating)) and math.copysign(1.0, v) < 0:
-        key = None                                       # -0.0 == 0.0: not one key
-    got = _FILLED.get(key) if key is not None else None
-    if got is None:
-        arr = np.asarray(v, dtype=object) if isinstance(v, str) else np.asarray(v)
-        got = np.full(n, arr, dtype=arr.dtype) if arr.ndim == 0 else np.broadcast_to(arr, (n,)).copy()
-        if key is not None and arr.ndim == 0:
-            if len(_FILLED) > 4096:
-                _FILLED.clear()
-            got.flags.writeable = False
-            _FILLED[key] = got
-    return got
 
 
 @dataclass
@@ -73,7 +50,8 @@ class Candidates:
             if isinstance(v, np.ndarray) and v.shape == (n,):
                 chunk = v.copy()
             else:
-                chunk = _filled(v, n)
+                arr = np.asarray(v, dtype=object) if isinstance(v, str) else np.asarray(v)
+                chunk = np.full(n, arr, dtype=arr.dtype) if arr.ndim == 0 else np.broadcast_to(arr, (n,)).copy()
             self.cols.setdefault(k, []).append(chunk)
 
     def build(self) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
@@ -174,10 +152,8 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     slots, ids = gr.insert(c["golem"], emb, values)
     ok = slots >= 0
     n_ok = int(np.count_nonzero(ok))
-    if n_ok == ok.size:          # the usual case: every row stored; `values` holds this call's own arrays
-        rows = {k: v if isinstance(v, np.ndarray) else np.full(n_ok, v) for k, v in values.items()}
-    else:
-        rows = {k: v[ok] if isinstance(v, np.ndarray) else np.full(n_ok, v) for k, v in values.items()}
+    keep = slice(None) if n_ok == ok.size else ok    # all stored (the usual case): no masked copies
+    rows = {k: v[keep] if isinstance(v, np.ndarray) else np.full(n_ok, v) for k, v in values.items()}
     rows.update(id=ids[ok], slot=slots[ok], golem=c["golem"][ok], topic_name=topics[ok],
                 ttl_days=sc["ttl_days"][ok], tick=c["tick"][ok], event_kind=c["event_kind"][ok])
     rows["refused"] = int((~ok).sum())

@@ -9,7 +9,6 @@ import math
 import os
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from golem import kernels
@@ -200,19 +199,15 @@ def _check_scan(gr: Grimoire, golems: np.ndarray) -> None:
         raise AssertionError("stale scan terms: a write of the Grimoire's columns did not call refresh_scan")
 
 
-#: a batch scanning at least this many entries runs its Golems on numba's threads
-#: (NUMBA_NUM_THREADS; 1 keeps everything on the calling thread). Results do not depend on it.
-PARALLEL_MIN_ENTRIES = 1 << 16
-
-
 def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.ndarray, now_ms: int,
              prm: RetrievalParams, k: int | None = None, min_conf: float | None = None,
              valence_sign: np.ndarray | None = None) -> RetrievalResult:
     """Score and select the top-k for a batch of Golems in one kernel call (no bookkeeping).
 
     `min_conf`: a confidence floor (the contrarian's); without one the confidence column is not
-    read. A large batch is spread over numba's threads (`PARALLEL_MIN_ENTRIES`); every Golem's
-    row is computed by the same code either way, so the result is identical.
+    read. A batch scanning many entries is spread over numba's threads (`kernels.threaded`, from
+    `kernels.PARALLEL_MIN_WORK` entries; NUMBA_NUM_THREADS=1 keeps it on the calling thread); every
+    Golem's row is computed by the same code either way, so the result is identical.
     """
     golems = np.ascontiguousarray(golems, dtype=np.int64)
     b = golems.size
@@ -222,9 +217,7 @@ def retrieve(gr: Grimoire, golems: np.ndarray, queries: np.ndarray, cur_pad: np.
     out = RetrievalResult(np.full((b, k), -1, np.int64), np.full((b, k), -np.inf),
                           np.full((b, k, 4), np.nan), np.full((b, k), -1, np.int64), np.zeros((b, kernels.POOL_COLUMNS)),
                           np.empty((b, k), dtype=bool), np.empty((b, k), dtype=c["p"].dtype))
-    kernel = kernels.retrieve_batch
-    if b > 1 and numba.get_num_threads() > 1 and int(gr.count[golems].sum()) >= PARALLEL_MIN_ENTRIES:
-        kernel = kernels.retrieve_batch_parallel   # same result bit for bit, Golems over threads
+    kernel = kernels.retrieve_batch.on(int(gr.count[golems].sum()))     # work: the entries scanned
     gr.prepare_scan(prm.temporal_base, prm.half_life_days * DAY_MS, prm.reactivation_boost, now_ms)
     if CHECK_SCAN:
         _check_scan(gr, golems)

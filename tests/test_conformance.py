@@ -432,8 +432,8 @@ def test_an_empty_observation_aborts_its_write_loudly():
 
 
 def test_candidate_columns_keep_each_values_type_and_sign():
-    """Scalar columns repeat every tick and are made once: a column is still its values in their
-    own dtype per add (0.0 and -0.0, 1 and True, 1 and 1.0 apart), concatenated in add order."""
+    """A scalar given to `add` becomes a column of that value in its own dtype for the add's rows
+    (0.0 and -0.0, 1 and True, 1 and 1.0 apart), and the adds' columns are concatenated in order."""
     cand = Candidates()
     for v in (0.0, -0.0, 1, True, 1.0, np.float32(1.0), "x", -0.0, 0.0):
         cand.add(np.ones((2, 4)), ["T/x", "T/x"], v=v, w=np.array([1.5, -2.5]))

@@ -336,7 +336,7 @@ def test_parallel_kernel_is_the_serial_kernel():
     golems = rng.permutation(gr.n_golems)
     q = _unit(rng.standard_normal((golems.size, 16))).astype(np.float32)
     pad = rng.uniform(-1, 1, (golems.size, 3))
-    assert int(gr.count[golems].sum()) >= rt.PARALLEL_MIN_ENTRIES
+    assert int(gr.count[golems].sum()) >= kernels.PARALLEL_MIN_WORK
     prm = _params()
     threads = numba.get_num_threads()
     try:
@@ -346,19 +346,17 @@ def test_parallel_kernel_is_the_serial_kernel():
         numba.set_num_threads(threads)
     many = rt.retrieve(gr, golems, q, pad, NOW, prm)
     names = ("slots", "scores", "factors", "shadow", "pool", "tagged", "valence")
-    out = [np.empty_like(getattr(one, name)) for name in names]
-    for a in out:
-        a.fill(0)
     qc, qs = rt.query_codes(q, gr.codes.shape[1])
     tau, gamma = rt.query_terms(gr, NOW)
-    args = (golems, gr.count, gr.capacity, qc, qs, pad, np.zeros(golems.size, np.int8), np.int64(NOW), tau, gamma,
-            gr.codes, gr.norm2, c["last_access_ms"], c["window_ms"], c["status"], c["importance"], c["salience"],
-            c["confidence"], c["has_tag"], c["p"], c["a"], c["d"], gr.recency, gr.charge,
-            np.asarray(prm.weights), prm.charge_fading, prm.top_k, prm.salience_cap, -1.0, prm.live, *out)
-    kernels.retrieve_batch_parallel(*args)        # whatever retrieve() chose, run the parallel one too
-    for name, par in zip(names, out):
-        np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
-        np.testing.assert_array_equal(getattr(one, name), par)
+    for compiled in (kernels.retrieve_batch.serial, kernels.retrieve_batch.parallel):   # whatever retrieve() chose
+        out = [np.zeros_like(getattr(one, name)) for name in names]
+        compiled(golems, gr.count, gr.capacity, qc, qs, pad, np.zeros(golems.size, np.int8), np.int64(NOW), tau,
+                 gamma, gr.codes, gr.norm2, c["last_access_ms"], c["window_ms"], c["status"], c["importance"],
+                 c["salience"], c["confidence"], c["has_tag"], c["p"], c["a"], c["d"], gr.recency, gr.charge,
+                 np.asarray(prm.weights), prm.charge_fading, prm.top_k, prm.salience_cap, -1.0, prm.live, *out)
+        for name, got in zip(names, out):
+            np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
+            np.testing.assert_array_equal(getattr(one, name), got)
 
 
 @FAST
@@ -991,5 +989,5 @@ def test_threaded_kernels_give_a_run_the_same_bytes_on_one_thread_or_many(tmp_pa
         hashes[which] = res.manifest["hashes"]
     assert hashes["serial"] == hashes["parallel"]
     assert called["serial"] == called["parallel"] >= {
-        "recall_served", "scan_terms", "scan_terms_stale", "_pick_slots", "tiers",
+        "retrieve_batch", "recall_served", "scan_terms", "scan_terms_stale", "_pick_slots", "tiers",
         "balance_and_reevaluate", "_slab_max", "_heat_and_flags"}
