@@ -21,9 +21,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.errors import one_line
-from sim.scenario import InputError
-from sim.world import RunInterrupted
+from sim.errors import InputError, one_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate populations of Golems whose memory is shaped by emotion.")
@@ -56,7 +54,7 @@ _flags_without_type()
 
 def _version(value: bool) -> None:
     if value:
-        from sim.run import versions
+        from sim import versions
         v = versions()
         out.print(f"golem-sim {v['golem-sim']} (python {v['python']}, numpy {v['numpy']}, numba {v['numba']}, "
                   f"polars {v['polars']})", highlight=False)
@@ -86,20 +84,26 @@ def _default_out_base(scenario: Path, seed: Optional[int]) -> Path:
     return Path("runs") / (f"{scenario.stem}-seed{seed}" if seed is not None else scenario.stem)
 
 
+def _run_failed() -> type | tuple:
+    """sim.run's RunFailed once a command has imported it, else nothing to catch: a command that
+    never loaded the engine cannot have failed a run, and --help or import-tape need not load it."""
+    run = sys.modules.get("sim.run")
+    return run.RunFailed if run is not None else ()
+
+
 def _guarded(fn):
     """Every command's last line of defence: bad input that escaped a command's own handling is
     still one line with exit 2, a failed run one line with exit 1, and anything else (a bug) one
     line with exit 1 instead of a traceback."""
     @functools.wraps(fn)
     def run_guarded(*args, **kwargs):
-        from sim.run import RunFailed
         try:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.TyperException):   # typer's own exits and usage errors
             raise
         except InputError as exc:
             fail(str(exc))
-        except RunFailed as exc:
+        except _run_failed() as exc:
             fail(str(exc), 1)
         except MemoryError:
             fail("out of memory; expected a smaller world (fewer Golems or a smaller grimoire.capacity)", 1)
@@ -197,6 +201,7 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     later runs load them from numba's cache."""
     from sim.notices import compile_notice
     from sim.run import execute, prepare
+    from sim.world import RunInterrupted
     target = out_dir
     try:
         sc, cfg, _, run_seed = prepare(scenario, seed=seed, sets=set_, config_file=str(config) if config else None,
@@ -310,6 +315,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
     """Verify a run (re-execute from its manifest and recorded tape) or run a counterfactual with --set."""
     from sim import replay as rp
     from sim.notices import compile_notice
+    from sim.world import RunInterrupted
     target = None
     try:
         if set_ and verify:
@@ -345,6 +351,7 @@ def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed ru
     """Continue a run from its latest checkpoint; the tables end byte-identical to an uninterrupted run."""
     from sim.resume import resume as do_resume
     from sim.notices import compile_notice
+    from sim.world import RunInterrupted
     try:
         with compile_notice(lambda m: None if quiet else note(m)):
             res = do_resume(run_dir)

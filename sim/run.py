@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gc
-import platform
 import shutil
 import signal
 import threading
@@ -10,32 +9,18 @@ import time
 import traceback
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import structlog
 
 from sim.checkpoint import maybe_save
-from sim import config_layers, resources, rundir
+from sim import config_layers, resources, rundir, versions
 from sim.errors import clip, escape, one_line, show
 from sim.market import generate
 from sim.recorder import Recorder, row_counts, warm_up as recorder_warm_up
 from sim.scenario import InputError, Scenario, load_scenario
 from sim.world import RunInterrupted, World
-
-VERSION_PACKAGES = ("golem-sim", "numpy", "numba", "simpy", "pyarrow", "polars")
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for p in VERSION_PACKAGES:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = "unknown"
-    return out
-
 
 @dataclass
 class RunResult:

@@ -246,7 +246,8 @@ def test_engine_error_marks_the_run_failed(ref, tmp_path):
     out = tmp_path / "run"
     r = subprocess.run([sys.executable, "-c", FAIL_AT, "run", str(d / "s.yaml"), "--out", str(out), "-q"],
                        capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-    one_line(r, 1, "run failed at t=10.00 h: ValueError: injected engine error", "log.jsonl holds the traceback")
+    err = one_line(r, 1, "run failed at t=10.00 h: ValueError: injected engine error", "log.jsonl holds the traceback")
+    assert err.startswith(f"error: {out}: run failed"), err      # a failed run, not an internal error
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "failed" and m["failure"]["type"] == "ValueError" and not m["failure"]["resumable"]
     assert "injected engine error" in m["error"] and m["stopped_at_s"] == 10 * 3600

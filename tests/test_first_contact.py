@@ -175,6 +175,19 @@ def test_a_generated_markets_run_does_not_load_polars(tmp_path):
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "False", (r.stdout, r.stderr)
 
 
+def test_help_version_and_schema_do_not_load_the_engine(tmp_path):
+    """Start-up: --help, --version and schema answer without importing numba or the world (which
+    took them from ~0.3 s to ~1.3 s); only the commands that run or read runs load it."""
+    code = ("import sys; from sim.cli import main\n"
+            "for argv in (['--help'], ['--version'], ['schema'], ['import-tape', '--help']):\n"
+            "    sys.argv = ['golem-sim', *argv]\n"
+            "    try:\n        main()\n    except SystemExit as e:\n        assert not e.code, (argv, e.code)\n"
+            "print(sorted({'numba', 'sim.world', 'sim.run'} & set(sys.modules)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "[]", (r.stdout[-500:], r.stderr)
+
+
 def test_readme_mentions_compilation_and_activation():
     text = flat(README)
     assert "compiles the numba kernels" in text
