@@ -41,8 +41,8 @@ SHIFT = ("bull_run", "3d3h", "3d", "3d1h")
 SHIPPED = {name: (name, duration, 1) for name, duration, *_ in SITUATIONS.values()}
 SHIPPED.update(default=("default", "3d", 1), losing_streak=("losing_streak", "4d", 1),
                clade_panic=("clade_panic", "2d", 1), bench=("bench", "1h", 1))
-#: the run made before the others (it reaches every kernel a small run compiles: a dream, curator
-#: and contrarian passes, Clade pushes)
+#: the run made before the others (a dream, curator and contrarian passes, flashbulbs pushed to the
+#: Clade: it compiles most of the kernels the other runs need)
 LEAD = ("flash_crash", "40h", 1)
 
 
