@@ -361,13 +361,13 @@ def lesson_groups(golems, cap, live, scope, topic, created_ms, consolidated, cat
 
 
 def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, low_flag, low_flag_accesses,
-                   work: int | None = None):
+                   work: int):
     """Curator step 5's per-entry flags on the live slots, in place: heat (`heat` of the slab:
     log1p(accesses) / log1p(the slab's most), 0 when nothing was accessed) and the low-confidence
     flag (confidence below `low_flag`, compared in float32 as the column is, after at least
     `low_flag_accesses` accesses); returns each Golem's low-confidence count. log1p comes from a
-    table numpy computes (numpy's SIMD log1p and libm's differ in the last bit for ~1 % of values)."""
-    work = live.size if work is None else work          # the entries the slabs hold, when the caller knows
+    table numpy computes (numpy's SIMD log1p and libm's differ in the last bit for ~1 % of values).
+    `work`: the entries the slabs hold, which picks the compile like the other steps' (`kernels.threaded`)."""
     top = _slab_max.on(work)(golems, cap, live, access_count)
     table = np.log1p(np.arange(max(int(top.max()), 0) + 1, dtype=np.float64))
     return _heat_and_flags.on(work)(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import events, payloads, table
-from golem import dreams, reflex
+from golem import dreams, kernels, reflex
 from golem import grimoire as gm
 from golem.config import build_config, default_table
 from golem.curator import consolidation_groups, curate, heat
@@ -657,7 +657,8 @@ def test_heat_and_flags_match_the_numpy_expressions(seed, n_golems, cap, low):
     h[golems] = np.where(live, heat(np.where(live, acc, 0).astype(np.float64)), h[golems])
     flag = live & (c["confidence"].reshape(-1, cap)[golems] < low) & (acc >= 3)
     v[golems] = np.where(live, flag, v[golems])
-    n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, low, 3)
+    n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, low, 3,
+                           int(count[golems].sum()))
     assert n_low.tolist() == flag.sum(axis=1).tolist()
     assert np.array_equal(heat_col, want_heat) and np.array_equal(low_conf, want_low)
 
@@ -775,7 +776,9 @@ def test_curator_kernels_give_the_same_bits_on_one_thread_and_all(seed, n_golems
                                               c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"],
                                               c["raw_outcome"], c["has_outcome"], c["confidence"], calm, True, 0.4, 0.3,
                                               0.3, 0.2, 0.5, gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1)
-            n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, 0.3, 3)
+            # work past the threshold: the compile over numba's threads, at each thread count
+            n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, 0.3, 3,
+                                   kernels.PARALLEL_MIN_WORK)
         finally:
             numba.set_num_threads(before)
         results.append([fig.tobytes(), cnt.tobytes(), n_low.tobytes(), heat_col.tobytes(), low_conf.tobytes()]

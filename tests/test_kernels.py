@@ -348,6 +348,8 @@ def test_parallel_kernel_is_the_serial_kernel():
     names = ("slots", "scores", "factors", "shadow", "pool", "tagged", "valence")
     qc, qs = rt.query_codes(q, gr.codes.shape[1])
     tau, gamma = rt.query_terms(gr, NOW)
+    for name in names:
+        np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
     for compiled in (kernels.retrieve_batch.serial, kernels.retrieve_batch.parallel):   # whatever retrieve() chose
         out = [np.zeros_like(getattr(one, name)) for name in names]
         compiled(golems, gr.count, gr.capacity, qc, qs, pad, np.zeros(golems.size, np.int8), np.int64(NOW), tau,
@@ -355,7 +357,6 @@ def test_parallel_kernel_is_the_serial_kernel():
                  c["salience"], c["confidence"], c["has_tag"], c["p"], c["a"], c["d"], gr.recency, gr.charge,
                  np.asarray(prm.weights), prm.charge_fading, prm.top_k, prm.salience_cap, -1.0, prm.live, *out)
         for name, got in zip(names, out):
-            np.testing.assert_array_equal(getattr(one, name), getattr(many, name))
             np.testing.assert_array_equal(getattr(one, name), got)
 
 
