@@ -25,6 +25,9 @@ from sim.market import Tape, probe_severity
 from sim.recording import Tables
 from golem.rng import uniform as hash_uniform_array
 from sim.scenario import BAR, TAPE_ASSET, Scenario, parse_duration
+from sim import compile_lock
+
+compile_lock.install()        # a world's processes (a sweep's workers, a pool) compile each kernel once
 
 
 @dataclass

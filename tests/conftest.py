@@ -21,6 +21,11 @@ os.environ.setdefault("GOLEM_CHECK_SCAN", "1")
 # source, a quarter of a second apiece; here the first one caches their bytecode for the rest
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+# the suite's processes that need an uncompiled kernel at once compile it once (sim.compile_lock;
+# a world's process installs it itself, this covers the tests that call the kernels directly)
+from sim import compile_lock  # noqa: E402
+
+compile_lock.install()
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 
@@ -101,16 +106,3 @@ def cli(*args):
     from sim.cli import app
     r = CliRunner().invoke(app, [str(a) for a in args])
     return r.exit_code, r.output
-
-
-
-#: The longest test files first: `--dist loadfile` hands files to the two workers in this order, so
-#: they finish together instead of one waiting out the longest file alone at the end.
-FIRST = ("test_validity", "test_scenario_claims", "test_fuzz_inputs", "test_dask_cluster", "test_import_formats",
-         "test_plugins", "test_resume", "test_notebooks", "test_affect", "test_disks_and_checkpoints")
-
-
-def pytest_collection_modifyitems(config, items):
-    """The longest files first (stable: the order within a file is kept)."""
-    rank = {f: i for i, f in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, len(FIRST)))

@@ -41,9 +41,6 @@ SHIFT = ("bull_run", "3d3h", "3d", "3d1h")
 SHIPPED = {name: (name, duration, 1) for name, duration, *_ in SITUATIONS.values()}
 SHIPPED.update(default=("default", "3d", 1), losing_streak=("losing_streak", "4d", 1),
                clade_panic=("clade_panic", "2d", 1), bench=("bench", "1h", 1))
-#: the run made before the others (a dream, curator and contrarian passes, flashbulbs pushed to the
-#: Clade: it compiles most of the kernels the other runs need)
-LEAD = ("flash_crash", "40h", 1)
 
 
 def _run(spec):
@@ -65,12 +62,8 @@ def runs(tmp_path_factory):
     # the longest first, so that neither process is left with a long run at the end
     jobs = {k: (k[0], k[1], k[2], root / f"{k[0]}-{k[1]}-{k[2]}")
             for k in sorted(specs, key=lambda k: (-parse_duration(k[1]), str(k)))}
-    lead = jobs.pop(LEAD)
     with worker_env(), cf.ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
-        # the lead run alone first: on a fresh machine its process compiles the numba kernels and
-        # caches them, and the other loads them, instead of both compiling the same kernels at once
-        done = {LEAD: pool.submit(_run, lead).result()}
-        done.update(zip(jobs, pool.map(_run, jobs.values())))
+        done = dict(zip(jobs, pool.map(_run, jobs.values())))
     return {k: Path(v) for k, v in done.items()}
 
 
