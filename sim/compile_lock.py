@@ -7,8 +7,8 @@ run's kernels on the same functions. With `install()`, a cache miss takes an exc
 beside the function's cache index, looks in the cache again (the holder may have saved it meanwhile)
 and compiles only if it is still absent; the lock is released once the result is saved, or when the
 compile fails. Saving under the lock also keeps two processes from overwriting each other's entries
-in the function's index. Where the lock file cannot be made (a read-only cache), it compiles as
-before.
+in the function's index. Where the lock file cannot be made or locked (a read-only cache, a file
+system without locks), it compiles as before.
 """
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ def install() -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)             # waits while another process compiles it
             cres = load(self, sig, target_context)
+        except OSError:                                # a file system without locks: compile unlocked
+            os.close(fd)
+            return None
         except BaseException:                          # a signal's exception while waiting
             os.close(fd)
             raise

@@ -90,3 +90,21 @@ def test_a_failed_compile_releases_its_lock(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.stdout.split() == ["TypingError", "free"], r.stderr
+
+
+def test_a_file_system_without_locks_compiles_as_before(tmp_path):
+    (tmp_path / "kern.py").write_text(textwrap.dedent(KERNEL))
+    code = textwrap.dedent(f"""
+        import errno, fcntl, sys, numpy as np
+        sys.path.insert(0, {str(tmp_path)!r})
+        from sim import compile_lock
+        compile_lock.install()
+        def no_locks(fd, op):
+            raise OSError(errno.ENOLCK, "No locks available")
+        fcntl.flock = no_locks
+        import kern
+        print(kern.spread(np.arange(5.0)))
+    """)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and float(r.stdout) == 2.5, r.stderr
