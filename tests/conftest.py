@@ -99,13 +99,31 @@ def bull_run(tmp_path_factory):
     return shared_run(tmp_path_factory, "bull_run")
 
 
-def cli(*args):
-    """Invoke `golem-sim` in-process: (exit code, stdout and stderr together)."""
+def _invoke(args, cwd=None, env=None):
+    """`golem-sim ARGS` in this process. An exception that escapes the command fails the test (as
+    the traceback it would print from a real process): only exits are caught."""
     from typer.testing import CliRunner
 
     from sim.cli import app
-    r = CliRunner().invoke(app, [str(a) for a in args])
+    here = os.getcwd()
+    os.chdir(cwd or ROOT)
+    try:
+        return CliRunner(env=env).invoke(app, [str(a) for a in args], catch_exceptions=False)
+    finally:
+        os.chdir(here)
+
+
+def cli(*args):
+    """Invoke `golem-sim` in-process: (exit code, stdout and stderr together)."""
+    r = _invoke(args, cwd=os.getcwd())
     return r.exit_code, r.output
+
+
+def golem_here(*args, cwd=None, columns=400) -> SimpleNamespace:
+    """`golem-sim ARGS` in this process, read like a finished one: returncode, stdout, stderr (the
+    tests of a command's messages, without a process start-up of ~2 s each)."""
+    r = _invoke(args, cwd=cwd, env={"COLUMNS": str(columns)})
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
 
 
 #: The longest files first (measured, most wall time first): `--dist loadfile` with

@@ -1,5 +1,7 @@
 """Real tapes in any format: `golem-sim import-tape` on the layouts real data comes in,
-and scenarios on a tape (`interval: bar`, `asset: tape`), each through a real `golem-sim` process."""
+and scenarios on a tape (`interval: bar`, `asset: tape`), each through the `golem-sim` command line:
+in this process (the commands' messages and files are what is read), the scenario tapes imported by
+a real `golem-sim` process."""
 from __future__ import annotations
 
 import json
@@ -12,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from conftest import golem_here
 from sim.tapes import TapeError, read_tape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,10 +22,13 @@ T0 = datetime(2020, 1, 1, tzinfo=timezone.utc)
 MIN10 = 600_000
 
 
-def golem(*args, cwd=None):
+golem = golem_here
+
+
+def golem_process(*args):
     env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=env, timeout=300)
+                          cwd=ROOT, env=env, timeout=300)
 
 
 def flat(text: str) -> str:
@@ -172,9 +178,9 @@ def tapes(tmp_path_factory):
     """A 10-minute ETH tape, and a two-asset tape (ETH and SOL on the same bars)."""
     d = tmp_path_factory.mktemp("tapes")
     src = bars_csv(d / "eth.csv", bar_rows(60))
-    r = golem("import-tape", src, "--asset", "ETH", "--out", d / "eth.parquet")
+    r = golem_process("import-tape", src, "--asset", "ETH", "--out", d / "eth.parquet")
     assert r.returncode == 0, r.stderr
-    r = golem("import-tape", src, "--asset", "SOL", "--out", d / "sol.parquet")
+    r = golem_process("import-tape", src, "--asset", "SOL", "--out", d / "sol.parquet")
     assert r.returncode == 0, r.stderr
     from sim.tapes import write_tape
     write_tape(pl.concat([read_tape(d / "eth.parquet"), read_tape(d / "sol.parquet")]), d / "two.parquet")
