@@ -41,8 +41,8 @@ def install() -> None:
         if cres is not None or not self._enabled:
             return cres
         path = _lock_path(self)
-        if path in _held:          # this process is compiling the function already (another signature)
-            return None
+        if path in _held:          # this process is compiling the function already (another signature:
+            return None            # its save releases the lock early, so another process may compile too)
         try:
             self._impl.locator.ensure_cache_path()
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
