@@ -42,20 +42,30 @@ def table(run_dir: Path, name: str) -> pl.DataFrame:
     return pl.read_parquet(Path(run_dir) / name / "*.parquet")
 
 
-def shared_run(tmp_path_factory, name: str, sets=None) -> SimpleNamespace:
-    """A scenario's run made once for the whole test session, also across pytest-xdist's workers: the
-    first worker to ask runs it into the session's shared temporary folder under a file lock, the
-    others wait for it and read it (run_dir and manifest; fixtures that need the live World make
-    their own run)."""
+def shared_dir(tmp_path_factory, name: str, sets=None) -> Path:
+    """Where the session's shared run of a scenario (`shared_run`) lives: the session's temporary
+    folder, the one all pytest-xdist workers share."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent                      # the folder all workers' temporary folders share
-    out = root / "-".join(["shared", name, *(x.replace("=", "_") for x in sets or [])])
+    return root / "-".join(["shared", name, *(x.replace("=", "_") for x in sets or [])])
+
+
+def make_shared(out: Path, name: str, sets=None) -> Path:
+    """Run the scenario into `out` unless it is there: under a file lock, so that whichever process
+    asks first (a worker, or a pool process of one) makes it and the others wait and read it."""
     with open(f"{out}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "manifest.json").exists():
             shutil.rmtree(out, ignore_errors=True)
             run_scenario(name, out, sets=sets)
+    return out
+
+
+def shared_run(tmp_path_factory, name: str, sets=None) -> SimpleNamespace:
+    """A scenario's run made once for the whole test session, also across pytest-xdist's workers
+    (`make_shared`): run_dir and manifest (fixtures that need the live World make their own run)."""
+    out = make_shared(shared_dir(tmp_path_factory, name, sets), name, sets)
     return SimpleNamespace(run_dir=out, manifest=json.loads((out / "manifest.json").read_text()))
 
 

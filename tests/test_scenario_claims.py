@@ -11,7 +11,7 @@ import json
 import polars as pl
 import pytest
 
-from conftest import SCENARIOS, events, run_scenario, table
+from conftest import SCENARIOS, events, run_scenario, shared_run, table
 from sim import analysis as A
 
 H = 3_600_000
@@ -21,19 +21,20 @@ def _mean(df, col, lo, hi, cond=True):
     return df.filter((pl.col("time_ms") >= lo * H) & (pl.col("time_ms") < hi * H) & cond)[col].mean()
 
 
+# shared with the validity map's checks (tests/test_validity.py), which ask for the same runs
 @pytest.fixture(scope="module")
 def calm_run(tmp_path_factory):
-    return run_scenario("calm", tmp_path_factory.mktemp("calm") / "run")
+    return shared_run(tmp_path_factory, "calm")
 
 
 @pytest.fixture(scope="module")
 def losing_run(tmp_path_factory):
-    return run_scenario("losing_streak", tmp_path_factory.mktemp("losing") / "run")
+    return shared_run(tmp_path_factory, "losing_streak")
 
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
-    return run_scenario("default", tmp_path_factory.mktemp("default") / "run")
+    return shared_run(tmp_path_factory, "default")
 
 
 def test_flash_crash(flash_run):
