@@ -69,6 +69,20 @@ def shared_run(tmp_path_factory, name: str, sets=None) -> SimpleNamespace:
     return SimpleNamespace(run_dir=out, manifest=json.loads((out / "manifest.json").read_text()))
 
 
+def shared_text_run(tmp_path_factory, text: str, name: str) -> Path:
+    """The session's shared run of a scenario given as YAML text, in a folder called `name` (a
+    report labels a run by its folder): made once across the workers, like `shared_run`."""
+    import hashlib
+    out = shared_dir(tmp_path_factory, "text-" + hashlib.sha256(text.encode()).hexdigest()[:12]) / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scenario = out.parent / f"{name}.yaml"
+    if not scenario.exists():
+        tmp = scenario.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(scenario)
+    return make_shared(out, scenario)
+
+
 @pytest.fixture(scope="session")
 def flash_run(tmp_path_factory):
     return run_scenario("flash_crash", tmp_path_factory.mktemp("flash") / "run")

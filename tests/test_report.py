@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from conftest import shared_text_run
 from sim import analysis as A
 from sim.report import render_report
 
@@ -45,21 +46,15 @@ golems:
 """
 
 
-def _run(tmp_path_factory, text: str, name: str) -> Path:
-    from sim.run import execute
-    d = tmp_path_factory.mktemp(name)
-    (d / "s.yaml").write_text(text)
-    return execute(d / "s.yaml", d / name, environ={}).run_dir
-
-
+# shared with tests/test_report_charts.py (conftest.shared_text_run)
 @pytest.fixture(scope="module")
 def crash_run(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory, SMALL_CRASH, "crash")
+    return shared_text_run(tmp_path_factory, SMALL_CRASH, "crash")
 
 
 @pytest.fixture(scope="module")
 def calm_run(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory, CALM, "calm")
+    return shared_text_run(tmp_path_factory, CALM, "calm")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 
 import sim.report as R
 from sim import analysis as A
+from conftest import shared_text_run
 from test_report import CALM, SMALL_CRASH
 
 
@@ -35,21 +36,15 @@ def by_title(figs, alt_part: str) -> list:
     return [f for f in figs if any(alt_part in (ax.get_xlabel() + ax.get_ylabel()) for ax in f.axes)]
 
 
-def _run(tmp_path_factory, text: str, name: str, sets=None) -> Path:
-    from sim.run import execute
-    d = tmp_path_factory.mktemp(name)
-    (d / "s.yaml").write_text(text)
-    return execute(d / "s.yaml", d / name, environ={}, sets=sets).run_dir
-
-
+# the same runs as tests/test_report.py's (conftest.shared_text_run)
 @pytest.fixture(scope="module")
 def crash(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory, SMALL_CRASH, "crash")
+    return shared_text_run(tmp_path_factory, SMALL_CRASH, "crash")
 
 
 @pytest.fixture(scope="module")
 def calm(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory, CALM, "calm")
+    return shared_text_run(tmp_path_factory, CALM, "calm")
 
 
 def test_deaths_chart_has_a_legend_with_clade_names(crash, figs):
@@ -147,7 +142,7 @@ def tape_run(tmp_path_factory) -> Path:
     write_tape(import_tape([d / "bars.csv"], time_unit="ms"), d / "t.parquet")
     text = (f"name: rt\nduration: 2d\nseed: 2\nmarket: {{tape: {{path: {d / 't.parquet'}}}}}\n"
             "golems:\n  - {count: 3, clade: btc, asset: BTC, interval: 1h}\n")
-    return _run(tmp_path_factory, text, "rt")
+    return shared_text_run(tmp_path_factory, text, "rt")
 
 
 def test_real_tape_reports_show_calendar_dates(tape_run, figs):
