@@ -9,6 +9,10 @@ everything it emitted, hashed) unless `CHECKS` names another: a longer run, extr
 key needs to matter (the HDC seed only counts under `retrieval.mode: somatic_hdc`), a value that
 the short run can notice, or a unit (a pure function of the config: faster, for formula sections).
 Extend `CHECKS` (one row per key, or per section) when a new key needs more than a run.
+
+Both ways compare as they go and stop at the first difference: a run tick by tick against the base
+run's digests, a unit that yields its results one by one (a generator, like `_unit_affect`'s ticks)
+item by item against the base config's, which each process computes once.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from types import GeneratorType
 
 import numpy as np
 import pytest
@@ -182,7 +187,7 @@ def _unit_affect(cfg):
     lr[40:60] += 0.004
     lr[76:] = rng.normal(-0.008, 0.03, ticks - 76)       # wild and falling from day 1 14:00
     price = 100.0 * np.exp(np.cumsum(lr))
-    ix, felt = np.arange(n), []
+    ix = np.arange(n)
     for k in range(ticks):
         crash = 36 <= k < 42
         obs = minds.observation(m, now_ms=k * step * 1000, close=[price[k]], regime=int(k >= 36),
@@ -190,17 +195,17 @@ def _unit_affect(cfg):
                                 events=[("flash_crash", 3, "flash-crash cascade")] if crash else ())
         out = m.tick(ix[pop.alive[ix]], obs)
         hb = out.heartbeats
-        felt.append(np.concatenate([hb[c].astype(np.float64) for c in ("p", "a", "d", "mood_p", "mood_a", "mood_d",
-                                    "emotion", "label", "target_exposure", "exposure")]).tobytes())
+        yield np.concatenate([hb[c].astype(np.float64) for c in ("p", "a", "d", "mood_p", "mood_a", "mood_d",
+                              "emotion", "label", "target_exposure", "exposure")]).tobytes()
         for rows in out.entries:
-            felt.append(np.concatenate([np.asarray(rows[c], np.float64) for c in ("golem", "kind", "outcome", "salience")]).tobytes())
-        felt.append(repr(sorted(e["kind"] for e in out.events if isinstance(e, dict))))
-    return felt
+            yield np.concatenate([np.asarray(rows[c], np.float64) for c in ("golem", "kind", "outcome", "salience")]).tobytes()
+        yield repr(sorted(e["kind"] for e in out.events if isinstance(e, dict)))
 
 
 def _unit_load(cfg):
     """The reflection's emotional load at hand-set moods (`_unit_reflect`) and as it comes (`_unit_affect`)."""
-    return _unit_reflect(cfg), _unit_affect(cfg)
+    yield _unit_reflect(cfg)
+    yield from _unit_affect(cfg)
 
 
 def _unit_markers(cfg):
@@ -402,6 +407,26 @@ def _base_run(sets: tuple[str, ...]) -> list[str]:
     return _base_runs[sets]
 
 
+def _unit_items(unit, cfg):
+    """A unit's results one by one: a generator's items, or the one value it returns."""
+    out = unit(cfg)
+    return out if isinstance(out, GeneratorType) else iter([out])
+
+
+@lru_cache(maxsize=None)
+def _base_unit(unit, sets: tuple[str, ...]) -> list:
+    return list(_unit_items(unit, _prepared(sets)[1]))
+
+
+def _unit_same(unit, cfg, base: list) -> bool:
+    """Whether `unit` gives `base` under `cfg`, stopping at the first item that differs."""
+    n = 0
+    for n, item in enumerate(_unit_items(unit, cfg), 1):
+        if n > len(base) or item != base[n - 1]:
+            return False
+    return n == len(base)
+
+
 # ----------------------------------------------------------------------------- the changes
 def changed(key: str, value):
     """The rule's change of a value (see the module docstring)."""
@@ -436,7 +461,8 @@ def test_changing_the_key_changes_what_the_engine_does(key):
     if check.unit is not None:
         _, cfg, _, _ = _prepared(sets)
         assert cfg.get(key) == value
-        assert check.unit(cfg) != check.unit(base_cfg), f"{key}: {base_cfg.get(key)!r} -> {value!r} changed nothing"
+        assert not _unit_same(check.unit, cfg, _base_unit(check.unit, check.sets)), \
+            f"{key}: {base_cfg.get(key)!r} -> {value!r} changed nothing"
     else:
         assert _run(sets, _base_run(check.sets)) is None, f"{key}: {base_cfg.get(key)!r} -> {value!r} changed nothing"
 
