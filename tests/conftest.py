@@ -154,9 +154,9 @@ def golem_here(*args, cwd=None, columns=400) -> SimpleNamespace:
 #: `--no-loadscope-reorder` (pyproject.toml) hands files to the two workers in collection order, so the
 #: short files fill in at the end and the workers finish together. (pytest-xdist's own order, by number
 #: of tests, left a 60 s file with two tests for last.)
-FIRST = ("test_validity", "test_config_liveness", "test_dask_cluster", "test_disks_and_checkpoints", "test_dynamics",
-         "test_scenario_claims", "test_resume", "test_notebooks", "test_fuzz_inputs", "test_plugins", "test_curation",
-         "test_examples", "test_affect", "test_kernels", "test_input_errors", "test_sweep", "test_import_formats")
+FIRST = ("test_validity", "test_disks_and_checkpoints", "test_dask_cluster", "test_dynamics", "test_notebooks",
+         "test_fuzz_inputs", "test_plugins", "test_resume", "test_affect", "test_config_liveness", "test_examples",
+         "test_sweep", "test_curation", "test_first_contact", "test_report", "test_compile_lock", "test_damaged_runs")
 
 
 def pytest_collection_modifyitems(config, items):
