@@ -5,6 +5,7 @@ import fcntl
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -148,6 +149,19 @@ def golem_here(*args, cwd=None, columns=400) -> SimpleNamespace:
     tests of a command's messages, without a process start-up of ~2 s each)."""
     r = _invoke(args, cwd=cwd, env={"COLUMNS": str(columns)})
     return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
+
+
+def golem_process(*args, cwd=None, env=None, columns=200, timeout=300) -> subprocess.CompletedProcess:
+    """`golem-sim ARGS` in a process of its own, running this tree from any working directory: for
+    the tests about the process itself (start-up, signals, exit codes of a real process, full disks)."""
+    e = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=e, timeout=timeout)
+
+
+def flat(text: str) -> str:
+    """The text with its line breaks and runs of spaces as single spaces (messages wrap by terminal width)."""
+    return " ".join(text.split())
 
 
 #: The longest files first (measured, most wall time first): `--dist loadfile` with

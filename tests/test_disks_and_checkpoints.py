@@ -18,11 +18,10 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import cli
+from conftest import cli, golem_process as golem
 
 from sim import checkpoint as ckm
 from sim.recorder import TABLES, content_hashes, table_files
@@ -39,12 +38,6 @@ golems:
   - {count: 4, clade: a, asset: ETH}
   - {count: 3, clade: b, asset: BTC, interval: 450}
 """
-
-
-def golem(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
-    e = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=e, timeout=timeout)
 
 
 def one_line(r: subprocess.CompletedProcess, code: int, *expect: str) -> str:

@@ -10,7 +10,7 @@ import time
 import tomllib
 from pathlib import Path
 
-import pytest
+from conftest import flat, golem_process
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -21,14 +21,7 @@ golems:
 """
 
 
-def golem(*args, cwd=None, env=None, timeout=300):
-    e = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT), **(env or {}))   # this tree, from any cwd
-    return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=e, timeout=timeout)
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
+golem = golem_process
 
 
 # ------------------------------------------------------------------------------------ --help, --version

@@ -5,16 +5,13 @@ a real `golem-sim` process."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from conftest import golem_here
+from conftest import flat, golem_here, golem_process
 from sim.tapes import TapeError, read_tape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,16 +20,6 @@ MIN10 = 600_000
 
 
 golem = golem_here
-
-
-def golem_process(*args):
-    env = dict(os.environ, COLUMNS="400", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300)
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def bar_rows(n=50, step=timedelta(minutes=10), start=T0):
@@ -178,9 +165,9 @@ def tapes(tmp_path_factory):
     """A 10-minute ETH tape, and a two-asset tape (ETH and SOL on the same bars)."""
     d = tmp_path_factory.mktemp("tapes")
     src = bars_csv(d / "eth.csv", bar_rows(60))
-    r = golem_process("import-tape", src, "--asset", "ETH", "--out", d / "eth.parquet")
+    r = golem_process("import-tape", src, "--asset", "ETH", "--out", d / "eth.parquet", columns=400)
     assert r.returncode == 0, r.stderr
-    r = golem_process("import-tape", src, "--asset", "SOL", "--out", d / "sol.parquet")
+    r = golem_process("import-tape", src, "--asset", "SOL", "--out", d / "sol.parquet", columns=400)
     assert r.returncode == 0, r.stderr
     from sim.tapes import write_tape
     write_tape(pl.concat([read_tape(d / "eth.parquet"), read_tape(d / "sol.parquet")]), d / "two.parquet")
