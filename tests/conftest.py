@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -52,9 +53,10 @@ def shared_dir(tmp_path_factory, name: str, sets=None) -> Path:
     return root / "-".join(["shared", name, *(x.replace("=", "_") for x in sets or [])])
 
 
-def make_shared(out: Path, name: str, sets=None) -> Path:
-    """Run the scenario into `out` unless it is there: under a file lock, so that whichever process
-    asks first (a worker, or a pool process of one) makes it and the others wait and read it."""
+def make_shared(out: Path, name: str | Path, sets=None) -> Path:
+    """Run the scenario (a name or a file) into `out` unless it is there: under a file lock, so
+    that whichever process asks first (a worker, or a pool process of one) makes it and the others
+    wait and read it."""
     with open(f"{out}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "manifest.json").exists():
@@ -73,7 +75,6 @@ def shared_run(tmp_path_factory, name: str, sets=None) -> SimpleNamespace:
 def shared_text_run(tmp_path_factory, text: str, name: str) -> Path:
     """The session's shared run of a scenario given as YAML text, in a folder called `name` (a
     report labels a run by its folder): made once across the workers, like `shared_run`."""
-    import hashlib
     out = shared_dir(tmp_path_factory, "text-" + hashlib.sha256(text.encode()).hexdigest()[:12]) / name
     out.parent.mkdir(parents=True, exist_ok=True)
     scenario = out.parent / f"{name}.yaml"
