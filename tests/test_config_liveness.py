@@ -398,13 +398,9 @@ def _run(sets: tuple[str, ...], base: list[str] | None = None) -> list[str] | No
     return digests
 
 
-_base_runs: dict[tuple[str, ...], list[str]] = {}
-
-
+@lru_cache(maxsize=None)
 def _base_run(sets: tuple[str, ...]) -> list[str]:
-    if sets not in _base_runs:
-        _base_runs[sets] = _run(sets)
-    return _base_runs[sets]
+    return _run(sets)
 
 
 def _unit_items(unit, cfg):

@@ -10,7 +10,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from conftest import flat, golem_process
+from conftest import flat, golem_process as golem
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -19,9 +19,6 @@ duration: 2h
 golems:
   - {count: 2, asset: ETH}
 """
-
-
-golem = golem_process
 
 
 # ------------------------------------------------------------------------------------ --help, --version

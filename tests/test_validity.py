@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
-import os
-from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -48,6 +47,7 @@ SHIFT = ("bull_run", "3d3h", "3d", "3d1h")
 AS_SHIPPED = ("calm", "default", "losing_streak")
 
 
+@cache
 def _shipped(name: str) -> tuple[str, str, int]:
     """(scenario, its own length, its own seed)."""
     doc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
@@ -82,20 +82,6 @@ def _run(spec):
     return str(out)
 
 
-@contextmanager
-def _unchecked_scans():
-    """The pool's processes start without GOLEM_CHECK_SCAN (they read it at import)."""
-    old = os.environ.get("GOLEM_CHECK_SCAN")
-    os.environ["GOLEM_CHECK_SCAN"] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("GOLEM_CHECK_SCAN", None)
-        else:
-            os.environ["GOLEM_CHECK_SCAN"] = old
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """(scenario, duration, seed) -> run directory, all made once, two at a time."""
@@ -107,13 +93,16 @@ def runs(tmp_path_factory):
 
     def job(k):
         if _is_shipped(k):
-            return (k[0], k[1], k[2], shared_dir(tmp_path_factory, k[0]), True)
+            return (k[0], _shipped(k[0])[1], k[2], shared_dir(tmp_path_factory, k[0]), True)
         return (k[0], k[1], k[2], root / f"{k[0]}-{k[1]}-{k[2]}", False)
-    # the longest first, so that neither process is left with a long run at the end
-    jobs = {k: job(k) for k in sorted(specs, key=lambda k: (-parse_duration(_shipped(k[0])[1] if _is_shipped(k)
-                                                                             else k[1]), str(k)))}
-    with worker_env(), _unchecked_scans(), cf.ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
-        done = dict(zip(jobs, pool.map(_run, jobs.values())))
+    jobs = {k: job(k) for k in specs}
+    # the longest run first, so that neither process is left with a long run at the end
+    jobs = dict(sorted(jobs.items(), key=lambda kv: (-parse_duration(kv[1][1]), str(kv[0]))))
+    # the pool's processes read GOLEM_CHECK_SCAN at import: they start without it
+    with worker_env(), pytest.MonkeyPatch.context() as env:
+        env.setenv("GOLEM_CHECK_SCAN", "0")
+        with cf.ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+            done = dict(zip(jobs, pool.map(_run, jobs.values())))
     return {k: Path(v) for k, v in done.items()}
 
 
