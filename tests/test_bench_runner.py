@@ -1,4 +1,6 @@
-"""The benchmark runner (tests/benchmarks/_run.py) on a tiny load: phases add up, nothing left behind."""
+"""The benchmark tools on a tiny load: the runner (tests/benchmarks/_run.py) times every phase and
+every table's parts and leaves nothing behind; parquet_options.py encodes every table's part with
+each variation, and each reads back as the table."""
 from __future__ import annotations
 
 import json
@@ -6,7 +8,10 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+import pyarrow.parquet as pq
+
+from conftest import ROOT, shared_run
+from sim.recorder import TABLES, table_files
 
 
 def test_whole_run_times_every_phase_and_removes_its_tables(tmp_path):
@@ -19,3 +24,26 @@ def test_whole_run_times_every_phase_and_removes_its_tables(tmp_path):
     assert r["run_dir"] is None and r["golem_ticks"] == 1000 * 12
     assert abs(sum(r["phases_s"].values()) - r["run_s"]) < 1e-6 * r["run_s"]
     assert r["phases_s"]["retrieval"] > 0 and r["phases_s"]["recording"] > 0
+    # the parts' CPU time, by table: every table the hour recorded, its build and its write
+    parts = r["parts_cpu_s"]
+    assert {"heartbeats", "retrievals", "entries", "market"} <= set(parts) <= set(TABLES)
+    assert all(p["build"] > 0 and p["write"] > 0 for p in parts.values()), parts
+
+
+def test_parquet_options_encodes_each_tables_largest_part_every_way(tmp_path_factory):
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    import parquet_options
+    run = shared_run(tmp_path_factory, "calm").run_dir
+    rows = parquet_options.measure(run, rounds=1)
+    recorded = [t for t in TABLES if table_files(run, t)]
+    names = list(parquet_options.variations(pq.read_schema(table_files(run, "heartbeats")[0])))
+    assert names[0] == "as recorded" and len(names) == 6
+    assert [(r["table"], r["options"]) for r in rows] == [(t, n) for t in recorded for n in names]
+    for r in rows:
+        part = run / r["table"] / r["part"]
+        assert r["rows"] == pq.ParquetFile(part).metadata.num_rows and r["ms"] > 0 and r["mb"] > 0
+        if r["options"] == "as recorded":     # the recorder's options give the part's size
+            assert abs(r["mb"] * 1e6 - part.stat().st_size) < 1, r
+        if r["options"] == "uncompressed" and r["table"] == "heartbeats":
+            assert r["mb"] > 1.5 * next(x["mb"] for x in rows if x["table"] == "heartbeats"
+                                        and x["options"] == "as recorded")

@@ -20,6 +20,11 @@ bookkeeping outside the state functions) is "scheduling".
     recording   World.emit (minus pushes), World.flush, the checkpoint after it, sim.recording.Tables
     scheduling  the rest: SimPy, the heartbeat loop, Mind.tick's own bookkeeping
 
+A recorded run also reports the CPU time its Parquet parts took, by table (`parts_cpu_s`: building
+each part's columns, then encoding, writing and hashing it), on whichever thread did it: the writer
+thread, or the simulation thread with it for the final flush. That is the work the writer thread
+takes from the second core while the retrieval kernel wants both.
+
 Each phase also gets the simulation thread's CPU time (`phases_cpu_s`); where a phase's wall time
 exceeds it, the thread waited (for the GIL the writer thread holds, or for a core).
 
@@ -117,6 +122,43 @@ def instrument(timer: PhaseTimer) -> None:
     patch(RT, "retrieve", "retrieval")
 
 
+class PartsTimer:
+    """CPU time of building and of writing each table's parts (`sim.recorder._build` and
+    `_write_part`, wrapped in place), on the thread that runs them."""
+
+    def __init__(self):
+        import threading
+        self.cpu: dict[str, dict[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def _add(self, table: str, step: str, s: float) -> None:
+        with self._lock:
+            steps = self.cpu.setdefault(table, {"build": 0.0, "write": 0.0})
+            steps[step] += s
+
+    def install(self) -> None:
+        import sim.recorder as R
+        build, write = R._build, R._write_part
+        if hasattr(build, "__wrapped__"):
+            return
+
+        def timed_build(table, cols):
+            c = time.thread_time()
+            try:
+                return build(table, cols)
+            finally:
+                self._add(table, "build", time.thread_time() - c)
+
+        def timed_write(path, t):
+            c = time.thread_time()
+            try:
+                return write(path, t)
+            finally:
+                self._add(Path(path).parent.name, "write", time.thread_time() - c)
+        timed_build.__wrapped__, timed_write.__wrapped__ = build, write
+        R._build, R._write_part = timed_build, timed_write
+
+
 def retrieval_floor(world, rounds: int = 7) -> dict:
     """Kernel vs the stream read of the bytes it reads (its floor) vs a float32 BLAS pass, for one
     tick of the whole population, on the final arena."""
@@ -157,9 +199,11 @@ def peak_rss_kib() -> int:
 def whole_run(capacity: int, duration: str | None, record: bool, out: Path | None = None, seed: int | None = None,
               phases: bool = True, floor: bool = True) -> dict:
     from sim.run import execute
-    timer = PhaseTimer()
+    timer, parts = PhaseTimer(), PartsTimer()
     if phases:
         instrument(timer)
+    if record:
+        parts.install()
     sets = [f"grimoire.capacity={capacity}"]
     if duration:
         sets.append(f"duration={duration}")
@@ -188,6 +232,7 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         "golem_ticks": ticks, "cohort_ticks": cohort_ticks, "run_s": run_s, "setup_s": total - run_s,
         "golem_ticks_per_s": ticks / run_s, "s_per_cohort_tick": run_s / max(cohort_ticks, 1),
         "phases_s": phase_s, "phases_cpu_s": dict(timer.cpu) if phases else None,
+        "parts_cpu_s": parts.cpu if record else None,
         "peak_rss_mb": peak_rss_kib() / 1024,
         "rss_before_mb": rss0 / 1024, "bytes_per_entry": world.gr.bytes_per_entry(), "dim": world.gr.dim,
         "run_dir": None if scratch is not None else str(out),
