@@ -206,7 +206,7 @@ def test_plain_tcp_to_another_host_warns_once(tmp_path):
 
 def test_a_worker_killed_mid_sweep_has_its_runs_redone(cluster, tmp_path):
     """Last in this file: it kills one of the module cluster's two workers."""
-    f = sweep_file(tmp_path, "[1, 2, 3]", "4d", "long")
+    f = sweep_file(tmp_path, "[1, 2, 3]", "2d", "long")
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "sweep", str(f), "--scheduler", cluster.address,
                              "--out", str(out), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -226,6 +226,12 @@ def test_a_worker_killed_mid_sweep_has_its_runs_redone(cluster, tmp_path):
             names = {a: w["name"] for a, w in c.scheduler_info()["workers"].items()}
             busy = {names[a]: len(keys) for a, keys in c.processing().items()}
         assert busy.get("w0", 0) >= 1, busy
+        # a mark in every run in flight: the dead worker's run is redone whole (its directory
+        # removed and made again), so its mark goes; a run that went on keeps its mark
+        in_flight = [p.parent for p in out.glob("runs/**/manifest.json")
+                     if json.loads(p.read_text() or "{}").get("status") == "running"]
+        for run in in_flight:
+            (run / "mark").touch()
         victim = cluster.workers[0]
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
@@ -240,9 +246,10 @@ def test_a_worker_killed_mid_sweep_has_its_runs_redone(cluster, tmp_path):
     assert s["status"].to_list() == ["ok"] * 3
     for p in out.glob("runs/**/manifest.json"):
         assert json.loads(p.read_text())["status"] == "complete"
+    assert any(not (run / "mark").exists() for run in in_flight), in_flight   # a run was redone
     # the runs the dead worker had started were redone whole: the same tables as a plain run
     from sim.run import execute
     rel = "runs/calm/base/seed=1"
-    direct = execute(CALM, tmp_path / "direct", seed=1, sets=["duration=4d"], environ={}).manifest
+    direct = execute(CALM, tmp_path / "direct", seed=1, sets=["duration=2d"], environ={}).manifest
     assert direct["hashes"] == json.loads((out / rel / "manifest.json").read_text())["hashes"]
     assert s.filter(pl.col("seed") == 1)["heartbeats_hash"][0] == direct["hashes"]["heartbeats"]
