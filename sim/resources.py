@@ -52,6 +52,15 @@ def parse_bytes(text: str, where: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+def interval_s(scenario: Scenario, group, cfg) -> float:
+    """A Golem group's heartbeat in seconds, as known before the run: `bar` is a generated market's
+    step; a tape's bar length is not known before the tape is read, so the default heartbeat stands
+    in for it."""
+    if group.interval == BAR:
+        return scenario.market.step_s if scenario.market.tape is None else cfg.heartbeat.interval_s
+    return parse_duration(group.interval) if group.interval is not None else cfg.heartbeat.interval_s
+
+
 def estimate(scenario: Scenario, cfg, record: bool = True) -> dict[str, int]:
     """Bytes the run will hold at its peak, by part."""
     n = sum(g.count for g in scenario.golems)
@@ -67,13 +76,7 @@ def estimate(scenario: Scenario, cfg, record: bool = True) -> dict[str, int]:
     if record:
         ticks = 0.0
         for g in scenario.golems:
-            if g.interval == BAR:
-                # once per bar: a generated market's step; a tape's bar length is not known before the
-                # tape is read, so its rows are counted at the default heartbeat
-                iv = scenario.market.step_s if scenario.market.tape is None else cfg.heartbeat.interval_s
-            else:
-                iv = parse_duration(g.interval) if g.interval is not None else cfg.heartbeat.interval_s
-            ticks += g.count * min(scenario.duration_s, cfg.recording.flush_every_s) / iv
+            ticks += g.count * min(scenario.duration_s, cfg.recording.flush_every_s) / interval_s(scenario, g, cfg)
         parts["buffers"] = int(ticks * PER_ROW)
         sizes: dict[str, int] = {}
         for g in scenario.golems:

@@ -119,6 +119,23 @@ def test_the_push_wave_is_every_member_of_each_clade_pushing_to_every_sibling(tm
     assert "push wave" not in resources.estimate(sc, cfg, record=False)
 
 
+def test_the_row_buffers_count_each_groups_heartbeats_in_a_flush(tmp_path):
+    """Rows buffered until a flush, a row per Golem-heartbeat: 2 Golems at 120 s, 3 once per bar of
+    a 600 s market step and 4 at the default heartbeat (300 s), over min(2 h, a 3,600 s flush):
+    2 x 30 + 3 x 6 + 4 x 12 = 126 rows. A tape's bar is not known before it is read: the default."""
+    from sim import resources
+    from sim.run import prepare
+    (tmp_path / "s.yaml").write_text(
+        "name: b\nduration: 2h\nmarket: {step_s: 600}\noverrides: {recording.flush_every_s: 3600}\n"
+        "golems:\n  - {count: 2, interval: 120}\n  - {count: 3, interval: bar}\n  - {count: 4}\n")
+    sc, cfg, _, _ = prepare(tmp_path / "s.yaml")
+    assert [resources.interval_s(sc, g, cfg) for g in sc.golems] == [120, 600, 300]
+    assert resources.estimate(sc, cfg, record=True)["buffers"] == 126 * resources.PER_ROW
+    assert "buffers" not in resources.estimate(sc, cfg, record=False)
+    tape = sc.model_copy(update={"market": sc.market.model_copy(update={"tape": object()})})
+    assert resources.interval_s(tape, sc.golems[1], cfg) == cfg.heartbeat.interval_s == 300
+
+
 def test_population_ticks_in_ten_cohorts_of_ten_thousand():
     """scenarios/population.yaml's comment: 100 Clades of 1,000 in ten cohorts of 10,000 (offsets
     0, 30, ..., 270 s, ten consecutive Clades each), so the first ten Clades are one whole cohort."""

@@ -11,7 +11,7 @@ several documents, object tags), plus --set items into lists (golems.0.count, go
 and malformed ones.
 
 The default run checks 300 cases (a run for one accepted case in five, at most half an hour of
-simulated time, so it stays near a minute); the longer run is
+simulated time and 300 heartbeats of its fastest Golem, so it stays under a minute); the longer run is
     GOLEM_FUZZ_EXAMPLES=5000 GOLEM_FUZZ_RUN_EVERY=1 .venv/bin/python -m pytest tests/test_fuzz_inputs.py -n 0 -s -q --basetemp=/tmp/golem-fuzz
 and prints its counts (ok / exit 2 / other).
 """
@@ -360,9 +360,12 @@ def check_case(root: Path, doc: dict, how, sets: list[str], env: dict) -> str:
     COUNTS["accepted"] += 1
     if COUNTS["accepted"] % RUN_EVERY:
         return "ok"
-    # a short run: at most an hour of simulated time
+    # a short run: at most half an hour of simulated time and 300 heartbeats of the fastest Golem (a
+    # 1 s heartbeat for half an hour, 1,800 ticks, took ~9 s: most of the default run's time)
+    from sim.resources import interval_s
     from sim.run import prepare
-    dur = min(prepare(f, sets=sets, environ={**ENV, **env})[0].duration_s, 1800.0)
+    sc, cfg = prepare(f, sets=sets, environ={**ENV, **env})[:2]
+    dur = min(sc.duration_s, 1800.0, 300 * min(interval_s(sc, g, cfg) for g in sc.golems))
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(120)
     try:
