@@ -277,7 +277,8 @@ market:
               for h in range(2, 70, 6)) + """golems:
   - {count: 3, asset: ETH}
 """)
-    manual = run_scenario(s, tmp_path / "manual", sets=["reflex.promotion_min=2"])
+    # manual promotion and reflexes switched off run the first day only: auto fires within it
+    manual = run_scenario(s, tmp_path / "manual", sets=["reflex.promotion_min=2", "duration=1d"])
     auto = run_scenario(s, tmp_path / "auto", sets=["reflex.promotion_min=2", "reflex.promotion=auto"])
     props = events(manual.run_dir, "reflex_proposal")
     assert props.height > 0 and not any(p["applied"] for p in payloads(props))
@@ -293,7 +294,7 @@ market:
     assert listed == props.height
     assert events(manual.run_dir, "reflex").height == 0                 # proposals only recorded
     fired = events(auto.run_dir, "reflex")
-    assert fired.height > 0
+    assert fired.filter(pl.col("time_ms") < 86_400_000).height > 0
     for p in payloads(fired):
         assert 1 <= len(p["served_ids"]) <= 2 and p["pool_size"] >= len(p["served_ids"])
         assert all(reflex.phrase_matches(m, set(reflex.tokens(p["description"]))) for m in p["matched"])
@@ -303,7 +304,7 @@ market:
     for _, grp in rows.group_by("ids"):
         t = np.array(grp["time_ms"])
         assert (np.diff(t) >= 4 * 3_600_000).all()
-    off = run_scenario(s, tmp_path / "off", sets=["reflex.promotion_min=2", "reflex.promotion=auto"],
+    off = run_scenario(s, tmp_path / "off", sets=["reflex.promotion_min=2", "reflex.promotion=auto", "duration=1d"],
                        environ={"GOLEM_REFLEX": "off"})
     assert events(off.run_dir, "reflex").height == 0
 
