@@ -169,9 +169,10 @@ def flat(text: str) -> str:
 #: `--no-loadscope-reorder` (pyproject.toml) hands files to the two workers in collection order, so the
 #: short files fill in at the end and the workers finish together. (pytest-xdist's own order, by number
 #: of tests, left a 60 s file with two tests for last.)
-FIRST = ("test_validity", "test_disks_and_checkpoints", "test_dask_cluster", "test_dynamics", "test_notebooks",
-         "test_fuzz_inputs", "test_plugins", "test_resume", "test_affect", "test_config_liveness", "test_examples",
-         "test_sweep", "test_curation", "test_first_contact", "test_report", "test_compile_lock", "test_damaged_runs")
+FIRST = ("test_validity", "test_disks_and_checkpoints", "test_dynamics", "test_dask_cluster", "test_notebooks",
+         "test_plugins", "test_resume", "test_examples", "test_affect", "test_sweep", "test_fuzz_inputs",
+         "test_config_liveness", "test_first_contact", "test_report", "test_compile_lock", "test_damaged_runs",
+         "test_curation")
 
 
 def pytest_collection_modifyitems(config, items):
