@@ -361,7 +361,7 @@ def check_case(root: Path, doc: dict, how, sets: list[str], env: dict) -> str:
     if COUNTS["accepted"] % RUN_EVERY:
         return "ok"
     # a short run: at most half an hour of simulated time and 300 heartbeats of the fastest Golem (a
-    # 1 s heartbeat for half an hour, 1,800 ticks, took ~9 s: most of the default run's time)
+    # 1 s heartbeat for half an hour is 1,800 ticks, ~9 s: most of the fuzzing's run time)
     from sim.resources import interval_s
     from sim.run import prepare
     sc, cfg = prepare(f, sets=sets, environ={**ENV, **env})[:2]

@@ -138,9 +138,9 @@ class PartsTimer:
 
     def install(self) -> None:
         import sim.recorder as R
-        build, write = R._build, R._write_part
-        if hasattr(build, "__wrapped__"):
-            return
+        # the recorder's own functions (a timer installed before in this process is replaced)
+        build = getattr(R._build, "__wrapped__", R._build)
+        write = getattr(R._write_part, "__wrapped__", R._write_part)
 
         def timed_build(table, cols):
             c = time.thread_time()
