@@ -273,15 +273,19 @@ def report(run_dir: Path = typer.Argument(..., help="run directory"),
            min_ticks: int = typer.Option(12, help="lock-in: minimum consecutive ticks"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Write a self-contained HTML report of a run (figures embedded), optionally next to another."""
-    from sim.report import render_report
-    from sim.replay import read_run
-    from sim.rundir import check_writable_file
-    for p in [run_dir] + ([compare] if compare else []):
+    runs = [run_dir] + ([compare] if compare else [])
+    for p in runs:
         if not (p / "heartbeats").is_dir():
             fail(f"{p}: not a run directory (no heartbeats table)")
+    # what a report needs is loaded as the inputs pass their checks, so a refusal comes at once:
+    # the run checks need the config models (and so numba), the charts matplotlib
+    from sim.replay import read_run
+    from sim.rundir import check_writable_file
+    for p in runs:
         read_run(p, "a report")        # manifest shape, every part's schema and its recorded sha256
     target = out_file or run_dir / "report.html"
     check_writable_file(target)
+    from sim.report import render_report
     try:
         path = render_report(run_dir, out_file, compare=compare, threshold=threshold, min_ticks=min_ticks)
     except OSError as exc:
