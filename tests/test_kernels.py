@@ -684,6 +684,18 @@ def test_kernel_agrees_with_reference_on_slabs_past_a_block(arena, prm, flt):
     """Slabs of several blocks, where a filling list is offered only entries not below the k-th
     best of the block's group maxima (`kernels._group_bound`), with copies of entries (ties):
     the same ids, order, scores and factors as the reference, and the same shadow ranking."""
+    _agrees_with_reference(arena, prm, flt)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(arenas(caps=(kernels.SUPER + 1, kernels.SUPER + 400)), params, filters)
+def test_kernel_agrees_with_reference_on_slabs_past_a_run_of_dot_products(arena, prm, flt):
+    """Slabs longer than the SUPER entries whose dot products pass 1 computes in one run: the
+    blocks after it read the next run's products, and agree with the reference all the same."""
+    _agrees_with_reference(arena, prm, flt)
+
+
+def _agrees_with_reference(arena, prm, flt):
     gr, q, pad = arena
     min_conf, vs = flt
     golems = np.arange(gr.n_golems)
