@@ -30,9 +30,9 @@ How it is fast and still exact (docs/performance.md has the measurements and the
   together, so no row pays a horizontal sum; four rows keep the accumulators in AVX2's sixteen
   registers.
 - Pass 1 computes the integer dot products of `SUPER` entries at once (a whole slab up to
-  capacity 4,096), so the codes stream from memory in one run: computed a block at a time, each
-  block's codes waited on memory after the arithmetic of the block before (on a Zen 4 EPYC the
-  dot products took ~4.7 ms of a 1,000 x 1,024 arena's 14 inside the kernel, 2.6 ms alone).
+  capacity 4,096), so the codes stream from memory in one run rather than each block's codes
+  waiting on memory behind the arithmetic of the block before (on a Zen 4 EPYC the dot products
+  of a 1,000 x 1,024 arena stream in 2.6 ms alone; a block at a time they take ~4.7 ms).
   Then the slab is walked in blocks of `BLOCK` entries: pass 2 eligibility, the factors and the
   scores of every entry in one branch-free vectorised loop (an ineligible entry gets score -inf),
   pass 3 the pool's sums, count, best semantic match and best non-negative entry (four
