@@ -22,8 +22,9 @@ state covers, and its own sha256) are each written to a temporary name, fsynced 
 json is the commit point. The simulation thread writes the arrays (into the page cache) and takes
 the rest of the state as JSON, then goes on; the commit runs on the recorder's writer thread
 behind the flush's parts (`Recorder.after_parts`): the arrays fsynced, hashed and renamed, then
-the json, so a state lists only parts that are on disk. The next flush (each begins with a recorder
-`sync`) waits for it. Done on the simulation thread, fsync and hash cost a recorded
+the json, so a state lists only parts that are on disk. The run goes on while it works: the flush
+after next waits for it (the next flush's parts queue behind it), and so does the next save
+(`Recorder.wait_jobs`), which reuses the spare arrays file the commit leaves. Done on the simulation thread, fsync and hash cost a recorded
 1,000-Golem day ~0.3 s a save, and waiting for the parts first ~0.8 s. The two newest states
 are kept: `load` checks a state against its checksums and falls back to the one before when it
 fails them, reporting the damaged one as corrupt (never as "no checkpoint"). The arrays file of
@@ -237,6 +238,7 @@ def save(world, ckdir: Path) -> Path:
     from sim.world import LOW
     ckdir = Path(ckdir)
     ckdir.mkdir(parents=True, exist_ok=True)
+    world.rec.wait_jobs()          # the last state's commit (its prune leaves the spare this save takes)
     pop, gr = world.pop, world.gr
     arrays: dict[str, np.ndarray] = {}
     for k, v in vars(pop).items():

@@ -211,7 +211,7 @@ class Recorder:
         self.part = part_start
         self.rows = {t: 0 for t in TABLES}
         self._writing: list[tuple[str, Future]] = []
-        self._after: list[Future] = []           # jobs queued behind the parts (`after_parts`)
+        self._after: list[tuple[int, Future]] = []   # jobs queued behind the parts (`after_parts`), by flush
         self.part_sha: dict[str, str] = {}     # "table/part-NNNNN.parquet" -> sha256 of the bytes written
         self._sizes: dict[tuple[str, str], int] = {}     # rows of each numeric column at the last flush
         self._make_dirs()
@@ -266,10 +266,12 @@ class Recorder:
         Arrow and numpy work outside the GIL) until the next flush or `sync()`, which wait for
         them. The chunks are never touched again by the run. Part files are still renamed into
         place whole."""
-        # the previous flush's parts and jobs first (it re-raises their error): so the writer holds
-        # at most one flush (sim.resources counts two: that one and the buffers filling), and a
-        # part that failed fails the run at the next flush
-        self.sync()
+        # the previous flush's parts first (it re-raises their error): so the writer holds at most
+        # one flush (sim.resources counts two: that one and the buffers filling), and a part that
+        # failed fails the run at the next flush. A job queued behind them (a checkpoint's commit:
+        # fsync and sha256 of the state's arrays) may still be running; this flush's parts queue
+        # behind it, so the flush after this one has waited for it
+        self._sync(jobs_before=self.part)
         written, parts = [], []
         for table, cols in self.buf.items():
             if not self.buffered[table]:
@@ -292,19 +294,31 @@ class Recorder:
     def after_parts(self, fn) -> None:
         """Run `fn(parts)` on the writer thread once every part handed to it so far is on disk (a
         checkpoint's commit). `parts()` returns the sha256 of every part written, by path, or
-        raises the error of one that failed. `fn`'s own error is raised by the next flush or sync."""
+        raises the error of one that failed. The flush after next waits for it (the next one does
+        not, so the run goes on while it works), as do `wait_jobs` and `sync`, which raise `fn`'s
+        own error."""
         known, writing = dict(self.part_sha), list(self._writing)
 
         def parts() -> dict[str, str]:
             # the writer runs its queue in order, so every one of these has finished by now
             return {**known, **{rel: f.result() for rel, f in writing}}
-        self._after.append(_WRITER.submit(fn, parts))
+        self._after.append((self.part, _WRITER.submit(fn, parts)))
+
+    def wait_jobs(self) -> None:
+        """Wait for the jobs queued by `after_parts` (re-raises the first error)."""
+        self._sync(jobs_before=None, parts=False)
 
     def sync(self) -> None:
         """Wait until every part and job handed to the writer thread is done (re-raises the first
         error, once every one of them has landed or failed)."""
-        writing, self._writing = self._writing, []
-        after, self._after = self._after, []
+        self._sync(jobs_before=None)
+
+    def _sync(self, jobs_before: int | None, parts: bool = True) -> None:
+        """Wait for the parts (`parts`) and for the jobs queued before flush `jobs_before` (all
+        with None); re-raises the first error once every one waited for has landed or failed."""
+        writing, self._writing = (self._writing, []) if parts else ([], self._writing)
+        after = [f for n, f in self._after if jobs_before is None or n < jobs_before]
+        self._after = [(n, f) for n, f in self._after if not (jobs_before is None or n < jobs_before)]
         first = None
         for rel, f in writing:
             try:

@@ -209,6 +209,36 @@ def test_a_job_after_the_parts_runs_on_the_writer_thread_once_they_are_on_disk(t
     rec.sync()                                                   # reported once
 
 
+
+def test_the_flush_after_a_job_goes_on_and_the_one_after_that_waits_for_it(tmp_path):
+    """A checkpoint's commit (an `after_parts` job: fsync and sha256 of ~220 MB at 1,000 Golems)
+    does not hold the next flush: the run goes on while it works, and the next flush's parts queue
+    behind it on the writer thread. The flush after that has waited for it; so do `wait_jobs`
+    (the next save) and `sync`, which raise its error."""
+    import threading
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    rec = Recorder(tmp_path / "r")
+    gate, ran = threading.Event(), []
+
+    def commit(parts):
+        gate.wait(timeout=10)
+        ran.append(sorted(parts()))
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.after_parts(commit)
+    rec.add("events", add)
+    assert rec.flush(background=True) == ["events/part-00001.parquet"]   # returned with the job held
+    assert not ran and not (tmp_path / "r" / "events" / "part-00001.parquet").exists()
+    gate.set()
+    rec.add("events", add)
+    rec.flush(background=True)                       # the flush after next: the job has run
+    assert ran == [["events/part-00000.parquet"]]
+    assert (tmp_path / "r" / "events" / "part-00001.parquet").exists()
+    rec.after_parts(lambda parts: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        rec.wait_jobs()
+    rec.sync()
+
 EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
                1e16, 123456789.0, 1.7976931348623157e308, float("nan"), float("inf"), float("-inf"), 0.1 + 0.2]
 
