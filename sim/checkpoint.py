@@ -24,8 +24,9 @@ the rest of the state as JSON, then goes on; the commit runs on the recorder's w
 behind the flush's parts (`Recorder.after_parts`): the arrays fsynced, hashed and renamed, then
 the json, so a state lists only parts that are on disk. The run goes on while it works: the flush
 after next waits for it (the next flush's parts queue behind it), and so does the next save
-(`Recorder.wait_jobs`), which reuses the spare arrays file the commit leaves. Done on the simulation thread, fsync and hash cost a recorded
-1,000-Golem day ~0.3 s a save, and waiting for the parts first ~0.8 s. The two newest states
+(`Recorder.wait_jobs`), which reuses the spare arrays file the commit leaves. On the simulation
+thread, fsync and hash would cost a recorded 1,000-Golem day ~0.3 s a save, and waiting for the
+parts first ~0.8 s. The two newest states
 are kept: `load` checks a state against its checksums and falls back to the one before when it
 fails them, reporting the damaged one as corrupt (never as "no checkpoint"). The arrays file of
 the state a commit removes is kept as `spare.arrays`, which the next save writes over in place
