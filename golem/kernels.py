@@ -40,10 +40,10 @@ How it is fast and still exact (docs/performance.md has the measurements and the
   entries that can enter either list (above its k-th at the block's start and, while the list is
   still filling, the slab's first block, not below the k-th best of the block's GROUP group
   maxima: each maximum is a distinct entry, so an entry below that bound has k better ones in the
-  block), and an 8-entry group is walked only when one of its eight flags, read as one 64-bit
-  word, is set. Each walked entry is tested again against the lists as they are then (a k-th only
-  rises), so the flags only skip entries that could not enter. Entries are offered in slot order,
-  so ties keep the earlier slot. The block's scratch lives on the stack (L1-resident, and provably
+  block), and the walk visits the flagged entries only: eight flags read as one 64-bit word, its
+  set bits taken lowest first. Each visited entry is tested again against the lists as they are
+  then (a k-th only rises), so the flags only skip entries that could not enter. Entries are
+  offered in slot order, so ties keep the earlier slot. The block's scratch lives on the stack (L1-resident, and provably
   distinct from the inputs, so the compiler vectorises without runtime alias checks). The slab is
   read once.
 - The emotional factor: 0.5 untagged, else `padm.pad_cosine_safe(tag, mood)` faded by the charge
@@ -81,6 +81,7 @@ from llvmlite import binding as llb
 from llvmlite import ir
 from numba import carray, njit, prange
 from numba.core import cgutils, config, types
+from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
 # pool statistics columns
@@ -302,6 +303,8 @@ _stack_i32 = _stack_block(np.int32)
 _stack_bool = _stack_block(np.bool_)
 _stack_u8 = _stack_block(np.uint8)
 _stack_i32_super = _stack_block(np.int32, SUPER)
+_stack_f64_group = _stack_block(np.float64, GROUP)
+_stack_f64_lanes = _stack_block(np.float64, 8)
 
 
 # ----------------------------------------------------------------------------- scalar helpers
@@ -564,7 +567,8 @@ def _group_bound(buf, m, k, gm, tmp):
         gm[u] = buf[u]
     for j in range(GROUP, m - m % GROUP, GROUP):
         for u in range(GROUP):
-            gm[u] = max(gm[u], buf[j + u])
+            x = buf[j + u]
+            gm[u] = x if x > gm[u] else gm[u]
     return _kth(gm, k, tmp)
 
 
@@ -586,13 +590,21 @@ def _pool_sums(emo, pv, m):
     return (e0 + e1) + (e2 + e3), (v0 + v1) + (v2 + v3)
 
 
-@njit(cache=True, fastmath={"nnan", "nsz"})
+@njit(cache=True)
 def _block_max(b, m):
-    """max(b[:m]): no NaN reaches it and -inf is its identity, so any order gives the same value
-    (fast-math's no-NaN and no-signed-zero let the reduction vectorise)."""
-    x = -np.inf
-    for j in range(m):
-        x = max(x, b[j])
+    """max(b[:m]) (m a positive multiple of 8): no NaN reaches it and -inf is its identity, so any
+    order gives the same value; eight running maxima (one vector, selected by comparison) instead of
+    one chain of scalar maxima."""
+    acc = carray(_stack_f64_lanes(), 8)
+    for u in range(8):
+        acc[u] = b[u]
+    for j in range(8, m, 8):
+        for u in range(8):
+            x = b[j + u]
+            acc[u] = x if x > acc[u] else acc[u]
+    x = acc[0]
+    for u in range(1, 8):
+        x = acc[u] if acc[u] > x else x
     return x
 
 
@@ -633,7 +645,7 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     if not floor:
         for j in range(BLOCK):
             cf_b[j] = True
-    gm = np.empty(GROUP)
+    gm = carray(_stack_f64_group(), GROUP)
     kt = np.empty(k)
     sh_v = np.empty(k)
     g = golems[gi]
@@ -688,13 +700,16 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
         xch = charge[s0:s0 + m]
         ximp = importance[s0:s0 + m]
         xsal = sal[s0:s0 + m]
+        # this run's dot products as a slice indexed by j alone, one vector load: dot_s[sup + j] is
+        # a gather, as numba wraps a negative index and sup + j is not known to be non-negative
+        xdot = dot_s[sup:sup + m]
         for j in range(m):
             tg = xtag[j]
             pv = np.float64(xp[j]) * (1.0 if tg else 0.0)      # branch-free: see `_emotional`
             age = _i64_f64(now_ms - xla[j])
             ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
             ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
-            sem = _semantic(dot_s[sup + j], xn2[j], qs)
+            sem = _semantic(xdot[j], xn2[j], qs)
             tmp = _temporal(age, xre[j], tau)
             emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, charge_fading)
             score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
@@ -730,9 +745,9 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
                     best_nn = s0 + j
                     break
             best_nn_score = bn
-        # pass 3b: the two top-k lists, in slot order, offered only the entries of 8-entry groups
-        # holding one that can enter them: above the list's k-th (it only rises) and, while a
-        # list is still filling, not below the k-th best of the block's group maxima (`_group_bound`)
+        # pass 3b: the two top-k lists, in slot order, offered only the entries that can enter
+        # them: above the list's k-th (it only rises) and, while a list is still filling, not
+        # below the k-th best of the block's group maxima (`_group_bound`)
         t2 = top_v[k - 1]
         t3 = sh_v[k - 1]
         b2 = _group_bound(sv_b, m, k, gm, kt) if t2 == -np.inf else -np.inf
@@ -742,10 +757,10 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             sh = sh_b[j]
             fl_b[j] = np.uint8(((sv > t2) & (sv >= b2)) | ((sh > t3) & (sh >= b3)))
         for w in range(m8 // 8):
-            if fl_w[w] == 0:
-                continue
-            j0 = 8 * w
-            for j in range(j0, j0 + 8):
+            bits = fl_w[w]
+            while bits != 0:
+                j = 8 * w + (trailing_zeros(bits) >> 3)
+                bits &= bits - np.uint64(1)
                 sv = sv_b[j]
                 if (sv > t2) & (sv >= b2):
                     pos = _insert(top_s, top_v, k, s0 + j, sv)

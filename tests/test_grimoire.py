@@ -368,3 +368,28 @@ def test_insert_in_pieces_is_one_insert(seed, n_golems, cap, batch, max_rows):
     np.testing.assert_array_equal(one.count, split.count)
     for k in one.cols:
         np.testing.assert_array_equal(one.cols[k], split.cols[k], err_msg=k)
+
+
+def _allocation(a: np.ndarray) -> np.ndarray:
+    while a.base is not None:
+        a = a.base
+    return a
+
+
+def test_slot_arrays_are_zeroed_disjoint_lines_of_one_allocation():
+    spec = [("flag", np.bool_, ()), ("ms", np.int64, ()), ("codes", np.int8, (3,)), ("x", np.float32, ()),
+            ("pair", np.uint16, (2,))]
+    arrays = gm.slot_arrays(7, spec)
+    assert [(a.shape, a.dtype) for a in arrays.values()] == [((7,), np.bool_), ((7,), np.int64), ((7, 3), np.int8),
+                                                             ((7,), np.float32), ((7, 2), np.uint16)]
+    assert len({id(_allocation(a)) for a in arrays.values()}) == 1
+    for a in arrays.values():
+        assert a.flags["C_CONTIGUOUS"] and a.flags["WRITEABLE"] and a.ctypes.data % 64 == 0
+        assert not a.any()
+    for name, a in arrays.items():          # writing one array leaves every other as it was
+        a[...] = 1
+        assert all(not b.any() for other, b in arrays.items() if other != name)
+        a[...] = 0
+    gr = gm.Grimoire(4, 8, 64)              # a fresh Grimoire's scan arrays are views of one buffer too
+    assert len({id(_allocation(a)) for a in [*gr.cols.values(), gr.codes, gr.norm2, gr.recency, gr.charge]}) == 1
+    assert (gr.cols["id"] == -1).all() and (gr.recency == 1).all() and not gr.codes.any()
