@@ -282,8 +282,8 @@ def slot_arrays(n: int, spec: list[tuple[str, type, tuple[int, ...]]]) -> dict[s
     Why one: numpy asks the kernel for transparent huge pages (madvise) for allocations from 4 MiB,
     and a retrieval scan streams a dozen columns at once. Allocated apart, a 1,000 x 1,024
     Grimoire's 4-byte columns are 4.1 MB each, just under that, so each stream would cross a 4 KB
-    page (a TLB miss, and a stop for the hardware prefetcher) every 1,024 entries; together they
-    are one allocation of ~200 MB on 2 MB pages (the scan ~10 % faster: docs/performance.md)."""
+    page (another TLB entry) every 1,024 entries; together they are one allocation of ~200 MB on
+    2 MB pages (the kernel 3-4 % faster on the same arena: docs/performance.md)."""
     sizes = [n * int(np.prod(shape, dtype=np.int64)) * np.dtype(t).itemsize for _, t, shape in spec]
     starts = np.concatenate([[0], np.cumsum([-(-b // 64) * 64 for b in sizes])])
     buf = np.zeros(int(starts[-1]) + 64, dtype=np.uint8)
