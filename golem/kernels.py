@@ -43,9 +43,12 @@ How it is fast and still exact (docs/performance.md has the measurements and the
   block), and the walk visits the flagged entries only: eight flags read as one 64-bit word, its
   set bits taken lowest first. Each visited entry is tested again against the lists as they are
   then (a k-th only rises), so the flags only skip entries that could not enter. Entries are
-  offered in slot order, so ties keep the earlier slot. The block's scratch lives on the stack (L1-resident, and provably
-  distinct from the inputs, so the compiler vectorises without runtime alias checks). The slab is
-  read once.
+  offered in slot order, so ties keep the earlier slot. The block's scratch lives on the stack
+  (L1-resident, and provably distinct from the inputs, so the compiler vectorises without runtime
+  alias checks). The slab is read once. The served entries' four factors are computed again
+  once the slab is scanned, k of them, by pass 2's helpers on the same stored values (the dot
+  product an exact integer again), rather than stored for every entry and moved at every
+  insertion: the same bits.
 - The emotional factor: 0.5 untagged, else `padm.pad_cosine_safe(tag, mood)` faded by the charge
   left (`padm.faded_emotional_factor`), their operations in their order (`_emotional`).
 - `golem.retrieval.entry_factors` and `reference_retrieve` (Python) and `served_factors_batch`
@@ -88,7 +91,7 @@ from numba.extending import intrinsic
 POOL_N, POOL_SUM_EMO, POOL_SUM_VAL, POOL_BEST_NONNEG, POOL_BEST_NONNEG_SCORE, POOL_BEST_SEMANTIC = range(6)
 POOL_COLUMNS = 6
 
-#: entries per block (scratch: 8 float64, an int32 and two byte arrays of BLOCK = 18 KB, L1-resident)
+#: entries per block (scratch: 6 float64, an int32 and two byte arrays of BLOCK = 13.5 KB, L1-resident)
 BLOCK = 256
 #: entries whose dot products pass 1 computes in one run (a multiple of BLOCK; 16 KB of int32 on
 #: the stack): a whole slab up to this capacity
@@ -629,8 +632,6 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     # block scratch on this call's stack (per thread when Golems run in parallel; BLOCK is a
     # multiple of 8, so the 8-entry groups of pass 3 stay inside)
     dot_s = carray(_stack_i32_super(), SUPER)
-    sem_b = carray(_stack_f64(), BLOCK)
-    tmp_b = carray(_stack_f64(), BLOCK)
     emo_b = carray(_stack_f64(), BLOCK)
     pv_b = carray(_stack_f64(), BLOCK)
     se_b = carray(_stack_f64(), BLOCK)
@@ -714,8 +715,6 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
             emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, charge_fading)
             score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
             sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
-            sem_b[j] = sem
-            tmp_b[j] = tmp
             ok_b[j] = ok
             emo_b[j] = emo if ok else 0.0
             pv_b[j] = pv if ok else 0.0
@@ -763,26 +762,25 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
                 bits &= bits - np.uint64(1)
                 sv = sv_b[j]
                 if (sv > t2) & (sv >= b2):
-                    pos = _insert(top_s, top_v, k, s0 + j, sv)
-                    # keep the factors aligned with the served order
-                    for r in range(k - 1, pos, -1):
-                        f[r, 0] = f[r - 1, 0]
-                        f[r, 1] = f[r - 1, 1]
-                        f[r, 2] = f[r - 1, 2]
-                        f[r, 3] = f[r - 1, 3]
-                    f[pos, 0] = sem_b[j]
-                    f[pos, 1] = tmp_b[j]
-                    f[pos, 2] = np.float64(ximp[j])
-                    f[pos, 3] = emo_b[j]
+                    _insert(top_s, top_v, k, s0 + j, sv)
                     t2 = top_v[k - 1]
                 sh = sh_b[j]
                 if (sh > t3) & (sh >= b3):
                     _insert(sh_s, sh_v, k, s0 + j, sh)
                     t3 = sh_v[k - 1]
-    # the served entries' tags and valences, read while the slab's columns are still in cache
-    # (read after the scan, they are cache misses; see `served_valence`)
+    # the served entries' factors, by pass 2's operations on the same stored values (the same
+    # bits; the dot product an exact integer again), and their tags and valences: k entries,
+    # read while the slab's columns are still in cache (after the scan they are cache misses)
     for r in range(k):
-        out_tagged[gi, r], out_val[gi, r] = _tag_valence(top_s[r], has_tag, p_tag)
+        sr = top_s[r]
+        if sr >= 0:
+            _dots_scalar(codes, sr, 1, qcodes, gi, dot_s, 0)
+            f[r, 0] = _semantic(dot_s[0], norm2[sr], qs)
+            f[r, 1] = _temporal(_i64_f64(now_ms - last_access_ms[sr]), recency[sr], tau)
+            f[r, 2] = np.float64(importance[sr])
+            f[r, 3] = _emotional(has_tag[sr], p_tag[sr], a_tag[sr], d_tag[sr], cp, ca, cd, cn, charge[sr], gamma,
+                                 charge_fading)
+        out_tagged[gi, r], out_val[gi, r] = _tag_valence(sr, has_tag, p_tag)
     out_pool[gi, POOL_N] = n_el
     out_pool[gi, POOL_SUM_EMO] = sum_emo
     out_pool[gi, POOL_SUM_VAL] = sum_val
