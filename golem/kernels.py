@@ -544,6 +544,18 @@ def _emotional(tagged, p, a, d, cp, ca, cd, cn, charge, gamma, fading):
     return emo if tagged else 0.5
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _factors_at(s, qrow, codes, qcodes, qs, norm2, now_ms, last_access_ms, recency, tau, importance, has_tag, p, a, d,
+                cp, ca, cd, cn, charge, gamma, fading, dbuf, out):
+    """out[:4] = entry s's four factors for query row qrow, by pass 2's operations on the same stored
+    values (the same bits; the dot product an exact integer again, into dbuf[0])."""
+    _dots_scalar(codes, s, 1, qcodes, qrow, dbuf, 0)
+    out[0] = _semantic(dbuf[0], norm2[s], qs)
+    out[1] = _temporal(_i64_f64(now_ms - last_access_ms[s]), recency[s], tau)
+    out[2] = np.float64(importance[s])
+    out[3] = _emotional(has_tag[s], p[s], a[s], d[s], cp, ca, cd, cn, charge[s], gamma, fading)
+
+
 @njit(cache=True, inline="always")
 def _kth(vals, k, tmp):
     """The k-th largest of vals (-inf with fewer than k finite ones)."""
@@ -768,18 +780,14 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
                 if (sh > t3) & (sh >= b3):
                     _insert(sh_s, sh_v, k, s0 + j, sh)
                     t3 = sh_v[k - 1]
-    # the served entries' factors, by pass 2's operations on the same stored values (the same
-    # bits; the dot product an exact integer again), and their tags and valences: k entries,
-    # read while the slab's columns are still in cache (after the scan they are cache misses)
+    # the served entries' factors (`_factors_at`: pass 2's operations, the same bits) and their
+    # tags and valences: k entries, read while the slab's columns are still in cache (after the
+    # scan they are cache misses)
     for r in range(k):
         sr = top_s[r]
         if sr >= 0:
-            _dots_scalar(codes, sr, 1, qcodes, gi, dot_s, 0)
-            f[r, 0] = _semantic(dot_s[0], norm2[sr], qs)
-            f[r, 1] = _temporal(_i64_f64(now_ms - last_access_ms[sr]), recency[sr], tau)
-            f[r, 2] = np.float64(importance[sr])
-            f[r, 3] = _emotional(has_tag[sr], p_tag[sr], a_tag[sr], d_tag[sr], cp, ca, cd, cn, charge[sr], gamma,
-                                 charge_fading)
+            _factors_at(sr, gi, codes, qcodes, qs, norm2, now_ms, last_access_ms, recency, tau, importance, has_tag,
+                        p_tag, a_tag, d_tag, cp, ca, cd, cn, charge, gamma, charge_fading, dot_s, f[r])
         out_tagged[gi, r], out_val[gi, r] = _tag_valence(sr, has_tag, p_tag)
     out_pool[gi, POOL_N] = n_el
     out_pool[gi, POOL_SUM_EMO] = sum_emo
@@ -1121,14 +1129,10 @@ def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, tau, gamma, cod
     so the same bits), for the few entries anti-rumination puts in a served set."""
     dbuf = np.empty(1, np.int32)
     for i in range(slots.size):
-        s = slots[i]
-        _dots_scalar(codes, s, 1, qcodes, i, dbuf, 0)
         cp, ca, cd = cur_pad[i, 0], cur_pad[i, 1], cur_pad[i, 2]
         cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
-        out[i, 0] = _semantic(dbuf[0], norm2[s], qscale[i])
-        out[i, 1] = _temporal(np.float64(now_ms - last_access_ms[s]), recency[s], tau)
-        out[i, 2] = np.float64(importance[s])
-        out[i, 3] = _emotional(has_tag[s], p[s], a[s], d[s], cp, ca, cd, cn, charge[s], gamma, charge_fading)
+        _factors_at(slots[i], i, codes, qcodes, qscale[i], norm2, now_ms, last_access_ms, recency, tau, importance,
+                    has_tag, p, a, d, cp, ca, cd, cn, charge, gamma, charge_fading, dbuf, out[i])
     return out
 
 
