@@ -573,17 +573,26 @@ def _kth(vals, k, tmp):
 
 
 @njit(cache=True, inline="always")
+def _lane_maxima(b, m, acc):
+    """acc[u] = the maximum of b[u], b[u + L], ... over the whole rows of L = acc.size entries in
+    b[:m]. No NaN reaches it, so any order gives the same value; L running maxima selected by
+    comparison vectorise, where one chain of scalar maxima (even under fast-math) does not."""
+    lanes = acc.size
+    for u in range(lanes):
+        acc[u] = b[u]
+    for j in range(lanes, m - m % lanes, lanes):
+        for u in range(lanes):
+            x = b[j + u]
+            acc[u] = x if x > acc[u] else acc[u]
+
+
+@njit(cache=True, inline="always")
 def _group_bound(buf, m, k, gm, tmp):
     """A lower bound of the k-th best of buf[:m]: the k-th largest of the maxima of GROUP
     interleaved groups (each maximum is a distinct entry's value). -inf where m < GROUP * k."""
     if m < GROUP * k:
         return -np.inf
-    for u in range(GROUP):
-        gm[u] = buf[u]
-    for j in range(GROUP, m - m % GROUP, GROUP):
-        for u in range(GROUP):
-            x = buf[j + u]
-            gm[u] = x if x > gm[u] else gm[u]
+    _lane_maxima(buf, m, gm)
     return _kth(gm, k, tmp)
 
 
@@ -607,16 +616,9 @@ def _pool_sums(emo, pv, m):
 
 @njit(cache=True)
 def _block_max(b, m):
-    """max(b[:m]) (m a positive multiple of 8): no NaN reaches it and -inf is its identity, so any
-    order gives the same value; eight running maxima (one vector, selected by comparison) instead of
-    one chain of scalar maxima."""
+    """max(b[:m]) (m a positive multiple of 8): eight running maxima (`_lane_maxima`), then theirs."""
     acc = carray(_stack_f64_lanes(), 8)
-    for u in range(8):
-        acc[u] = b[u]
-    for j in range(8, m, 8):
-        for u in range(8):
-            x = b[j + u]
-            acc[u] = x if x > acc[u] else acc[u]
+    _lane_maxima(b, m, acc)
     x = acc[0]
     for u in range(1, 8):
         x = acc[u] if acc[u] > x else x

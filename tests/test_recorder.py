@@ -209,7 +209,6 @@ def test_a_job_after_the_parts_runs_on_the_writer_thread_once_they_are_on_disk(t
     rec.sync()                                                   # reported once
 
 
-
 def test_the_flush_after_a_job_goes_on_and_the_one_after_that_waits_for_it(tmp_path):
     """A checkpoint's commit (an `after_parts` job: fsync and sha256 of ~220 MB at 1,000 Golems)
     does not hold the next flush: the run goes on while it works, and the next flush's parts queue
@@ -238,6 +237,7 @@ def test_the_flush_after_a_job_goes_on_and_the_one_after_that_waits_for_it(tmp_p
     with pytest.raises(ZeroDivisionError):
         rec.wait_jobs()
     rec.sync()
+
 
 EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
                1e16, 123456789.0, 1.7976931348623157e308, float("nan"), float("inf"), float("-inf"), 0.1 + 0.2]
