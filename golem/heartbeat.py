@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from golem import appraisal, contrarian, dreams, flashbulb, kernels, mortality, reflex
+from golem import appraisal, contrarian, dreams, flashbulb, kernels, mortality, reflex, trading
 from golem import hooks as hookm
 from golem import strategies as stratm
 from golem import curator as curatorm
@@ -23,7 +23,7 @@ from golem.memory_writer import KINDS, Candidates, write
 from golem.plugins import CohortView
 from golem.pad import EMOTION_CODES as EMOTION_NAMES
 from golem.population import MARKER_REGIMES, Population
-from golem.rng import uniform
+from golem.rng import mixed_seed, uniform
 
 STATE_TICK = "SENSING>DECIDING>ACTING>REFLECTING"
 #: a heartbeat row's `state_path` is a code into these (the recorder writes the names)
@@ -58,8 +58,12 @@ class Observation:
         return replace(self, probe_sev=self.probe_sev[keep], sees=self.sees[keep])
 
     def seeing(self, kinds) -> np.ndarray:
-        """Per cohort Golem: does it see an event of one of `kinds`?"""
-        return self.sees[:, [k in kinds for k, _, _ in self.events]].any(axis=1)
+        """Per cohort Golem: does it see an event of one of `kinds`? (Most ticks have none of
+        them and many one: those skip numpy's reduction over a short axis, ~15 us a cohort.)"""
+        cols = [e for e, (k, _, _) in enumerate(self.events) if k in kinds]
+        if len(cols) <= 1:
+            return self.sees[:, cols[0]].copy() if cols else np.zeros(self.sees.shape[0], dtype=bool)
+        return self.sees[:, cols].any(axis=1)
 
 
 @dataclass
@@ -217,6 +221,7 @@ class Mind:
         self.assets = assets
         self.regime_names = regime_names
         self.seed = seed
+        self.z0 = mixed_seed(seed)         # the seed as the kernels that draw take it (golem.rng.draw)
         self.lex = Lexicon(gr.dim, seed)
         self.prm = rt.RetrievalParams.from_config(cfg)
         self.protos = appraisal.prototype_matrix()
@@ -281,17 +286,20 @@ class Mind:
         stim, truth = self._stimulus(ix, obs, price, value, tick_pnl, dt_s, vol_ratio, peak, sev, regime_shift, sgn,
                                      first)
         stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped
-        pad = appraisal.emotion_update(pop.pad[ix], stim, dt_s, ap.emotion_half_life_s)
+        # take: a quarter of fancy indexing's time on rows
+        pad = appraisal.emotion_update(pop.pad.take(ix, axis=0), stim, dt_s, ap.emotion_half_life_s)
         pop.pad[ix] = pad
-        mood = appraisal.mood_update(pop.mood[ix], pad, pop.baseline[ix], dt_s, ap.mood_half_life_s)
+        mood = appraisal.mood_update(pop.mood.take(ix, axis=0), pad, pop.baseline.take(ix, axis=0), dt_s,
+                                     ap.mood_half_life_s)
         pop.mood[ix] = mood
-        label, recent_losses = self._label(ix, pad, tick_pnl, sev)
-        pattern, strength, valence, neg_marker, pos_marker = self._marker(ix, regime, sgn, sev)
-        fired = reflex.lane(self, ix, obs, self._out)
-        tier = np.where((sev >= 2) | neg_marker, 1, 0)
-        tier = np.where(sev >= 3, 2, tier)
-        tier = np.where(pos_marker & (sev < 2), 0, tier)
         p, a, d = pad[:, 0], pad[:, 1], pad[:, 2]
+        em, sm = cfg.emotion, cfg.somatic
+        label, recent_losses, pattern, strength, valence, neg_marker, pos_marker, tier = appraisal.label_marker_tier(
+            np.ascontiguousarray(ix, dtype=np.int64), p, a, tick_pnl, sev, regime, sgn, em.recurring_loss_window,
+            em.recurring_loss_min, em.success_after_failures, em.risk_arousal, cfg.flashbulb.arousal, MARKER_REGIMES,
+            sm.min_strength, sm.negative_valence, sm.positive_valence, pop.loss_bits, pop.failed_attempts,
+            pop.high_a_run, pop.som_cnt, pop.som_sum, pop.som_target)
+        fired = reflex.lane(self, ix, obs, self._out)
         return Sensed(asset=asset, price=price, ret=ret, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
                       regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, danger=danger, pad=pad,
                       mood=mood, truth=truth, label=label,
@@ -367,39 +375,13 @@ class Mind:
             (obs.now_ms - pop.trade_ms[ix]) / 1000.0, ap.control_half_life_s)
         return exposure * (llp - ema), np.where(traded, worked, 0.0)
 
-    def _label(self, ix: np.ndarray, pad: np.ndarray, tick_pnl: np.ndarray, sev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The discrete emotion label and the losing ticks in the recurring-loss window; counts the
-        failed attempts (losing ticks in a row) and the ticks of high arousal in a row."""
-        cfg, pop = self.cfg, self.pop
-        a = pad[:, 1]
-        loss = tick_pnl < 0
-        window = cfg.emotion.recurring_loss_window
-        pop.loss_bits[ix] = ((pop.loss_bits[ix] << 1) | loss) & ((1 << window) - 1)
-        recent_losses = pop.recent_losses(ix, window)
-        label = appraisal.label_batch(cfg, pad[:, 0], a, recent_losses, pop.failed_attempts[ix], sev >= 3)
-        pop.failed_attempts[ix] = np.where(loss, pop.failed_attempts[ix] + 1, np.where(tick_pnl > 0, 0, pop.failed_attempts[ix]))
-        pop.high_a_run[ix] = np.where(a > cfg.flashbulb.arousal, pop.high_a_run[ix] + 1, 0)
-        return label, recent_losses
-
-    def _marker(self, ix: np.ndarray, regime: np.ndarray, sgn: np.ndarray, sev: np.ndarray):
-        """The somatic marker of the tick's pattern (regime, move sign, probe severity; SPEC §5
-        SENSING): (pattern, strength, valence, strong and negative, strong and positive with a
-        cached target)."""
-        pop, sm = self.pop, self.cfg.somatic
-        pattern = (np.minimum(regime, MARKER_REGIMES - 1) * 3 + (sgn + 1)) * 4 + sev
-        strength = pop.som_cnt[ix, pattern]
-        valence = pop.som_sum[ix, pattern]          # exponentially weighted valence of the pattern's episodes
-        neg = (strength > sm.min_strength) & (valence < sm.negative_valence)
-        pos = (strength > sm.min_strength) & (valence > sm.positive_valence) & ~np.isnan(pop.som_target[ix, pattern])
-        return pattern, strength, valence, neg, pos
-
     def _validate_drivers(self, ix: np.ndarray, sgn: np.ndarray) -> None:
         """Confidence propagation (SPEC §3.4) for the entries that drove the last decision:
         +0.10 when the market moved as they said, -0.20 when it moved against them."""
         pop, c, cf = self.pop, self.gr.cols, self.cfg.confidence
-        kernels.validate_drivers(pop.drove[ix], pop.drove_sign[ix], np.ascontiguousarray(sgn, dtype=np.int64), c["id"],
-                                 c["confidence"], cf.validation, cf.contradiction)
-        pop.drove[ix] = -1
+        kernels.validate_drivers(np.ascontiguousarray(ix, dtype=np.int64), pop.drove, pop.drove_sign,
+                                 np.ascontiguousarray(sgn, dtype=np.int64), c["id"], c["confidence"], cf.validation,
+                                 cf.contradiction)
 
     # ------------------------------------------------------------------ DECIDING
     def decide(self, ix: np.ndarray, obs: Observation, s: Sensed, out: TickOutput) -> Decided:
@@ -494,14 +476,14 @@ class Mind:
         pop, c = self.pop, self.gr.cols
         slots, scores = res.slots, res.scores
         # the served entries' own signal; their slots and outcome signs become the drivers
-        mem, wsum = kernels.memory_signal(np.ascontiguousarray(ix, dtype=np.int64), slots, scores, sc["has_outcome"],
-                                          sc["confidence"], sc["outcome"], pop.drove, pop.drove_sign)
+        mem, wsum, pending = kernels.memory_signal(np.ascontiguousarray(ix, dtype=np.int64), slots, scores,
+                                                   sc["has_outcome"], sc["confidence"], sc["outcome"], pop.drove,
+                                                   pop.drove_sign, pop.contrarian_pending)
         for i, rs in s.reflex.items():
             for slot in rs:
                 o = float(c["outcome"][slot]) if c["has_outcome"][slot] else float(np.sign(c["p"][slot]))
                 wsum[i] += 1.0
                 mem[i] = (mem[i] * (wsum[i] - 1.0) + o) / wsum[i]
-        pending = (pop.contrarian_pending[ix] >= 0).any(axis=1)
         mem_without = mem.copy()
         if pending.any():
             w_x, o_x = contrarian.weigh(self, ix, slots, scores)
@@ -609,39 +591,17 @@ class Mind:
 
     # ------------------------------------------------------------------ ACTING
     def act(self, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided) -> Acted:
-        cfg, pop = self.cfg, self.pop
-        tr = cfg.trading
-        value = s.value
-        price = s.price
-        exposure = np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0)
-        dexp = dd.target - exposure
-        # small changes are skipped (hysteresis against churn), but a full exit is never too small:
-        # otherwise a Golem that de-risked early is stuck with a residual position through a crash
-        full_exit = (dd.target <= 1e-9) & (exposure > 1e-3)
-        trade = ((np.abs(dexp) >= cfg.decision.min_trade) | full_exit) & (value > 0)
-        u_fail = uniform(self.seed, ix, pop.tick[ix], 1)
-        u_slip = uniform(self.seed, ix, pop.tick[ix], 2)
-        gas_spike = obs.gas > 3.0 * obs.gas_ref
-        fail_p = tr.fail_prob_gas_spike if gas_spike else tr.fail_prob
-        failed = trade & (u_fail < fail_p)
-        ok = trade & ~failed
-        notional = np.abs(dexp) * value
-        cost = np.where(ok, notional * (tr.fee_bps + tr.slippage_bps * (0.5 + u_slip)) / 1e4, 0.0)
-        gas_cost = np.where(trade, obs.gas * tr.gas_units * tr.gas_usd_per_gwei_unit, 0.0)
-        pop.units[ix] += np.where(ok, dexp * value / price, 0.0)
-        pop.cash[ix] -= np.where(ok, dexp * value, 0.0) + cost
-        esc = cfg.escalation
-        tier_cost = np.where(dd.tier == 1, esc.t1_cost, np.where(dd.tier == 2, esc.t2_cost, 0.0))
-        pop.budget[ix] -= gas_cost + tier_cost
-        pop.last_action[ix] = np.where(ok, 1, np.where(failed, -1, 0))
-        pop.last_dexp[ix] = np.where(ok, dexp, 0.0)
-        pop.trade_ms[ix] = np.where(ok, obs.now_ms, pop.trade_ms[ix])     # the last filled trade, for control
-        pop.trade_price[ix] = np.where(ok, price, pop.trade_price[ix])
-        pop.trade_dexp[ix] = np.where(ok, dexp, pop.trade_dexp[ix])
-        pop.lp_ema[ix] = np.where(ok, np.log(price), pop.lp_ema[ix])    # a new position is judged from here on
-        new_value = pop.cash[ix] + pop.units[ix] * price
-        return Acted(exposure_before=exposure, dexp=dexp, traded=ok, failed=failed, value_after=new_value,
-                     exposure_after=np.where(new_value > 0, pop.units[ix] * price / np.maximum(new_value, 1e-12), 0.0))
+        """Trade toward the target (SPEC §5 ACTING, `golem.trading.trade`): fills, failures, their
+        costs and gas, the tier's inference cost."""
+        tr, esc, pop = self.cfg.trading, self.cfg.escalation, self.pop
+        fail_p = tr.fail_prob_gas_spike if obs.gas > 3.0 * obs.gas_ref else tr.fail_prob
+        got = trading.trade(
+            np.ascontiguousarray(ix, dtype=np.int64), dd.target, s.value, s.price, np.log(s.price), dd.tier,
+            obs.now_ms, self.z0, self.cfg.decision.min_trade, fail_p, tr.fee_bps, tr.slippage_bps,
+            obs.gas * tr.gas_units * tr.gas_usd_per_gwei_unit, esc.t1_cost, esc.t2_cost, pop.units, pop.cash,
+            pop.budget, pop.tick, pop.last_action, pop.last_dexp, pop.trade_ms, pop.trade_price, pop.trade_dexp,
+            pop.lp_ema)
+        return Acted(*got)
 
     # ------------------------------------------------------------------ REFLECTING
     def reflect(self, ix: np.ndarray, obs: Observation, s: Sensed, dd: Decided, ac: Acted, out: TickOutput) -> Reflected:
@@ -651,7 +611,9 @@ class Mind:
         cand = Candidates()
         tags = self._entry_tags(ix, s)
         # the episode is filed under the context that led to it (the last tick's query)
-        prev_ctx = np.where(s.first[:, None], dd.query, self.pop.ctx[ix])
+        prev_ctx = self.pop.ctx.take(ix, axis=0)    # take: a quarter of fancy indexing's time on rows
+        if s.first.any():
+            prev_ctx[s.first] = dd.query[s.first]
         outcome = np.tanh(s.ret / self.cfg.reflection.outcome_scale)
         self._observe(cand, ix, obs, s, dd, tags, prev_ctx, outcome)
         self._own_action(cand, s, dd, ac, tags)

@@ -818,21 +818,22 @@ def retrieve_batch(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, no
 
 # ----------------------------------------------------------------------------- served entries
 @njit(cache=True, nogil=True)
-def validate_drivers(drove, drove_sign, sgn, ids, confidence, up, down):
-    """Confidence propagation for the entries that drove each Golem's last decision (row i of
-    `drove`, slots or -1, with the sign each predicted): where both the prediction and the market's
-    move `sgn[i]` are non-zero and the entry still exists, confidence + up if they agree, - down if
-    not, clipped to [0, 1] in float32 (the numpy expression's arithmetic: float32 column + float32
-    delta, then clip). A row's slots are distinct and slabs are per Golem, so each entry changes once."""
+def validate_drivers(ix, drove, drove_sign, sgn, ids, confidence, up, down):
+    """Confidence propagation for the entries that drove the last decision of each Golem ix[i]
+    (row ix[i] of `drove`, slots or -1, with the sign each predicted): where both the prediction and
+    the market's move `sgn[i]` are non-zero and the entry still exists, confidence + up if they
+    agree, - down if not, clipped to [0, 1] in float32 (the numpy expression's arithmetic: float32
+    column + float32 delta, then clip); then the row is cleared (-1). A row's slots are distinct and
+    slabs are per Golem, so each entry changes once."""
     up32, down32 = np.float32(up), np.float32(-down)
-    for i in range(drove.shape[0]):
-        if sgn[i] == 0:
-            continue
+    for i in range(ix.size):
+        g = ix[i]
         for r in range(drove.shape[1]):
-            s = drove[i, r]
-            if s < 0 or drove_sign[i, r] == 0 or ids[s] < 0:
+            s = drove[g, r]
+            drove[g, r] = -1
+            if sgn[i] == 0 or s < 0 or drove_sign[g, r] == 0 or ids[s] < 0:
                 continue
-            x = confidence[s] + (up32 if drove_sign[i, r] == sgn[i] else down32)
+            x = confidence[s] + (up32 if drove_sign[g, r] == sgn[i] else down32)
             confidence[s] = min(max(x, np.float32(0.0)), np.float32(1.0))
 
 
@@ -933,19 +934,24 @@ def served_summary(slots, scores, ids, shadow, shadow_id, emotional, valence, re
 
 
 @njit(cache=True)
-def memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove, drove_sign):
+def memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove, drove_sign, contrarian_pending):
     """What the served entries with an outcome say (before the reflexes and the contrarian
     section): weights max(score, 0) x confidence, the signal sum(w x outcome) / sum(w) (0 without
     weight), each row summed as numpy sums it (`np_sum`), so the same bits as the array
-    expressions. Returns (signal, weight sums) and writes the drivers: drove[ix] = the slots with
-    an outcome (-1 elsewhere), drove_sign[ix] = their outcomes' signs."""
+    expressions. Returns (signal, weight sums, whether a row of `contrarian_pending[ix]` holds a
+    slot) and writes the drivers: drove[ix] = the slots with an outcome (-1 elsewhere),
+    drove_sign[ix] = their outcomes' signs. The pending check rides along because numpy's
+    `.any(axis=1)` over a row of three costs ~15 us a cohort."""
     b, k = slots.shape
     w = np.empty(k)
     wo = np.empty(k)
     mem = np.empty(b)
     wsum = np.empty(b)
+    pending = np.zeros(b, np.bool_)
     for i in range(b):
         g = ix[i]
+        for r in range(contrarian_pending.shape[1]):
+            pending[i] |= contrarian_pending[g, r] >= 0
         for r in range(k):
             s = slots[i, r]
             if s >= 0 and has_outcome[i, r]:
@@ -961,7 +967,7 @@ def memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove, dr
         ws = np_sum(w, 0, k, 0.0)
         wsum[i] = ws
         mem[i] = np_sum(wo, 0, k, 0.0) / max(ws, 1e-12) if ws > 0 else 0.0
-    return mem, wsum
+    return mem, wsum, pending
 
 
 @njit(cache=True)

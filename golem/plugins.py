@@ -98,8 +98,9 @@ def mood_of(pop) -> np.ndarray:
 
 
 def _subset(v, rows):
-    """Rows of a memory column: an array, or a function making one (computed when first read)."""
-    return (lambda: v()[rows]) if callable(v) else v[rows]
+    """Rows of a memory column (an array, or a function making one), as a function computed when
+    first read: a strategy reads few of them."""
+    return (lambda: v()[rows]) if callable(v) else (lambda: v[rows])
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

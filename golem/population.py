@@ -153,10 +153,6 @@ class Population:
     def value(self, price: np.ndarray, ix=slice(None)) -> np.ndarray:
         return self.cash[ix] + self.units[ix] * price
 
-    def recent_losses(self, ix, window: int = 5) -> np.ndarray:
-        """Losing ticks among the last `window` (emotion.recurring_loss_window)."""
-        return np.bitwise_count(self.loss_bits[ix] & ((1 << window) - 1)).astype(np.int64)
-
     def view(self, g: int) -> dict:
         """One Golem as a plain dict, for notebooks and tests."""
         return {name: (val[g].tolist() if hasattr(val[g], "tolist") else val[g])

@@ -15,14 +15,26 @@ def _mix1(z):
     return z ^ (z >> np.uint64(31))
 
 
+@njit(cache=True, inline="always")
+def draw(z0, a, b, stream):
+    """The uniform of (a, b, stream) under the mixed seed z0 = `_mix1(seed)` (uint64s): SplitMix64
+    again after a, b and the stream are mixed in (xor) one at a time; the top 53 bits over 2^53.
+    For kernels that draw as they go (`golem.trading`)."""
+    z = _mix1(_mix1(_mix1(z0 ^ a) ^ b) ^ stream)
+    return np.float64(z >> np.uint64(11)) / 9007199254740992.0
+
+
 @njit(cache=True)
 def _uniforms(seed, a, b, stream, out):
-    """out[i] = the draw of (a[i], b[i]): SplitMix64 (`_mix1`) of the seed, then again after a[i],
-    b[i] and the stream are mixed in (xor) one at a time; the top 53 bits over 2^53."""
+    """out[i] = the draw (`draw`) of (a[i], b[i]) under the seed."""
     z0 = _mix1(seed)
     for i in range(out.size):
-        z = _mix1(_mix1(_mix1(z0 ^ a[i]) ^ b[i]) ^ stream)
-        out[i] = np.float64(z >> np.uint64(11)) / 9007199254740992.0
+        out[i] = draw(z0, a[i], b[i], stream)
+
+
+def mixed_seed(seed: int) -> np.uint64:
+    """z0 of `draw` for a run's seed."""
+    return np.uint64(_mix1(np.uint64(seed & 0xFFFFFFFFFFFFFFFF)))
 
 
 def uniform(seed: int, a, b, stream: int) -> np.ndarray:

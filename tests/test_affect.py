@@ -234,6 +234,54 @@ def test_the_outlook_kernel_is_the_array_expressions_bit_for_bit(seed, n, looks)
             assert getattr(mine, k).tobytes() == getattr(ref, k).tobytes()
 
 
+def _sense_tail_by_arrays(ix, p, a, tick_pnl, sev, regime, sgn, window, loss_min, success_after, risk_arousal,
+                          high_arousal, marker_regimes, min_strength, negative_valence, positive_valence, loss_bits,
+                          failed_attempts, high_a_run, som_cnt, som_sum, som_target):
+    """`appraisal.label_marker_tier` as the cohort's array expressions (its reference)."""
+    loss = tick_pnl < 0
+    loss_bits[ix] = ((loss_bits[ix] << 1) | loss) & ((1 << window) - 1)
+    recent = np.bitwise_count(loss_bits[ix] & ((1 << window) - 1)).astype(np.int64)
+    frustration = (p < 0) & (recent >= loss_min)
+    success = (p > 0) & (failed_attempts[ix] > success_after)
+    risk = ((a > risk_arousal) & (p < 0)) | (sev >= 3)
+    label = np.where(frustration, 1, np.where(success, 2, np.where(risk, 3, 0))).astype(np.int8)
+    failed_attempts[ix] = np.where(loss, failed_attempts[ix] + 1, np.where(tick_pnl > 0, 0, failed_attempts[ix]))
+    high_a_run[ix] = np.where(a > high_arousal, high_a_run[ix] + 1, 0)
+    pattern = (np.minimum(regime, marker_regimes - 1) * 3 + (sgn + 1)) * 4 + sev
+    strength, valence = som_cnt[ix, pattern], som_sum[ix, pattern]
+    neg = (strength > min_strength) & (valence < negative_valence)
+    pos = (strength > min_strength) & (valence > positive_valence) & ~np.isnan(som_target[ix, pattern])
+    tier = np.where((sev >= 2) | neg, 1, 0)
+    tier = np.where(sev >= 3, 2, tier)
+    tier = np.where(pos & (sev < 2), 0, tier)
+    return label, recent, pattern, strength, valence, neg, pos, tier
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 30), st.integers(1, 8), st.sampled_from([2, 16]))
+def test_the_label_marker_and_tier_kernel_is_the_array_expressions_bit_for_bit(seed, n, window, regimes):
+    """Wins, losses, flat and NaN ticks, loss masks of any history, every probe severity, regimes
+    past the markers' last, markers weak and strong, of either valence, with and without a cached
+    target: the same labels, counts, markers and tiers, and the same state left, bit for bit."""
+    rng = np.random.default_rng(seed)
+    m = n + int(rng.integers(0, 4))
+    P = regimes * 12
+    ix = rng.permutation(m)[:n].astype(np.int64)
+    state = dict(loss_bits=rng.integers(0, 2**10, m), failed_attempts=rng.integers(0, 5, m),
+                 high_a_run=rng.integers(0, 5, m), som_cnt=rng.integers(0, 8, (m, P)).astype(np.int32),
+                 som_sum=rng.uniform(-1, 1, (m, P)), som_target=np.where(rng.random((m, P)) < 0.3, np.nan, 0.4))
+    ref = {k: v.copy() for k, v in state.items()}
+    pad = rng.choice([-0.8, -0.2, 0.0, 0.3, 0.9, np.nan], (n, 3))
+    args = (ix, pad[:, 0], pad[:, 1], rng.choice([-5.0, 0.0, 3.0, np.nan], n), rng.integers(0, 4, n),
+            rng.integers(0, regimes + 3, n), rng.integers(-1, 2, n), window, 2, 2, 0.5, 0.7, regimes, 3, -0.5, 0.5)
+    got = appraisal.label_marker_tier(*args, *state.values())
+    want = _sense_tail_by_arrays(*args, *ref.values())
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.tobytes() == w.tobytes()
+    for k in state:
+        assert state[k].tobytes() == ref[k].tobytes(), k
+
+
 def test_emotion_and_mood_are_recorded_and_recall_reads_the_mood(flash_run):
     h = table(flash_run.run_dir, "heartbeats")
     awake = h.filter(pl.col("state_path") != "DREAMING")

@@ -789,9 +789,12 @@ def test_protection_threshold_is_the_configs():
 def test_windows_of_the_loss_history_and_rumination_are_the_configs():
     """emotion.recurring_loss_window: the losses counted are the last n ticks'; retrieval.
     rumination_window: the guard looks at that many retrievals."""
+    def recent_losses(window):      # after a flat first tick on the history 0b11001 (newest last)
+        m = minds.mind(n=1, cfg=minds.config(**{"emotion.recurring_loss_window": window}))
+        m.pop.loss_bits[0] = 0b11001
+        return int(m.sense(IX, minds.observation(m)).recent_losses[0])
+    assert [recent_losses(w) for w in (1, 3, 5)] == [0, 1, 2]     # 0b110010 seen through 1, 3, 5 ticks
     m = minds.mind(n=1, cfg=minds.config(**{"emotion.recurring_loss_window": 3, "retrieval.rumination_window": 4}))
-    m.pop.loss_bits[0] = 0b11001
-    assert [m.pop.recent_losses(IX, w)[0] for w in (1, 3, 5)] == [1, 1, 3]
     assert m.pop.neg_share.shape == (1, 4)
     _entries(m, 0, np.ones((2, m.gr.dim)), p=np.array([-0.9, 0.2], np.float32),
              importance=np.array([1.0, 0.0], np.float32))

@@ -749,28 +749,33 @@ def test_every_retrieval_profile_gives_the_served_tags_and_valences(arena, prm):
 def test_validate_drivers_is_the_numpy_update(seed, golems, k):
     """Confidence propagation in one pass = the numpy expression it replaced: +0.1 / -0.2 (float32)
     for live drivers of moved markets, clipped to [0, 1]; removed entries, flat predictions and flat
-    markets untouched."""
+    markets untouched; the cohort's driver rows cleared, the other Golems' kept."""
     rng = np.random.default_rng(seed)
     cap = 16
-    n = golems * cap
+    pop_n = golems + int(rng.integers(0, 4))
+    n = pop_n * cap
     ids = np.where(rng.uniform(size=n) < 0.1, -1, np.arange(n))
     conf = rng.choice([0.0, 0.05, 0.15, 0.5, 0.95, 1.0], n).astype(np.float32)
-    drove = np.full((golems, k), -1, np.int64)
-    for g in range(golems):
+    drove = np.full((pop_n, k), -1, np.int64)
+    for g in range(pop_n):
         m = int(rng.integers(0, k + 1))
         drove[g, :m] = g * cap + rng.choice(cap, m, replace=False)
-    drove_sign = rng.integers(-1, 2, (golems, k)).astype(np.int8)
+    drove_sign = rng.integers(-1, 2, (pop_n, k)).astype(np.int8)
+    ix = rng.permutation(pop_n)[:golems].astype(np.int64)
     sgn = rng.integers(-1, 2, golems)
     want = conf.copy()
-    signs = drove_sign.astype(np.int64)
-    live = (drove >= 0) & (signs != 0) & (sgn[:, None] != 0)
-    s = drove[live]
+    rows, signs = drove[ix], drove_sign[ix].astype(np.int64)
+    live = (rows >= 0) & (signs != 0) & (sgn[:, None] != 0)
+    s = rows[live]
     still = ids[s] >= 0
-    agree = signs[live] == np.broadcast_to(sgn[:, None], drove.shape)[live]
+    agree = signs[live] == np.broadcast_to(sgn[:, None], rows.shape)[live]
     delta = np.where(agree, 0.1, -0.2)[still]
     want[s[still]] = np.clip(want[s[still]] + delta.astype(np.float32), 0.0, 1.0)
-    kernels.validate_drivers(drove, drove_sign, sgn, ids, conf, 0.1, 0.2)
+    want_drove = drove.copy()
+    want_drove[ix] = -1
+    kernels.validate_drivers(ix, drove, drove_sign, sgn, ids, conf, 0.1, 0.2)
     np.testing.assert_array_equal(conf, want)
+    np.testing.assert_array_equal(drove, want_drove)
 
 
 def _numpy_anti_rumination(slots, scores, valence, pool, guard, neg_share, ix):
@@ -842,8 +847,11 @@ def test_memory_signal_is_the_numpy_expressions(seed, golems, k):
     want_drove, want_sign = drove.copy(), drove_sign.copy()
     want_drove[ix] = np.where(has_out, slots, -1)
     want_sign[ix] = np.where(has_out, np.sign(outc), 0).astype(np.int8)
-    got_mem, got_wsum = kernels.memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove, drove_sign)
+    pend = np.where(rng.uniform(size=(n, 3)) < 0.2, rng.integers(0, 10_000, (n, 3)), -1)
+    got_mem, got_wsum, got_pending = kernels.memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove,
+                                                           drove_sign, pend)
     assert got_wsum.tobytes() == wsum.tobytes() and got_mem.tobytes() == mem.tobytes()   # zeros' signs too
+    np.testing.assert_array_equal(got_pending, (pend[ix] >= 0).any(axis=1))
     np.testing.assert_array_equal(drove, want_drove)
     np.testing.assert_array_equal(drove_sign, want_sign)
 
