@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from golem import pad as padm
-from golem.kernels import np_sum
+from golem.kernels import _fma, np_sum
 
 #: buckets of the outlook window (its return and high are kept per bucket: a day each at 30 days)
 OUTLOOK_BUCKETS = 30
@@ -156,8 +156,8 @@ def outcome(ap, pnl_rate, look: Outlook) -> np.ndarray:
     return np.tanh(ap.k_p * pnl_rate) + np.tanh(np.tanh(ap.k_return * shrunk) + np.tanh(ap.k_drawdown * (free - look.drawdown)))
 
 
-def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio, probe_sev, impulse_a, impulse_d,
-             control, worked, shock):
+def stimulus(ap, *, outcome, prediction, contradicted, vol_ratio, probe_sev, impulse_a, impulse_d, control, worked,
+             shock):
     """(P, A, D) stimulus arrays (SPEC §2.1), each the tanh of its terms' sum: within (-1, 1), linear for
     everyday values and saturating softly when several signals agree, so that a sustained crisis
     approaches the clamp without sitting on it.
@@ -165,8 +165,9 @@ def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio
     A's sum enters its tanh times `arousal_gain` (< 1): a crisis arouses a Golem to about 0.8, not to
     the edge, so a sibling's alarm arriving on top of it still moves it (SPEC §2.8).
 
-    P (outcome): `outcome` (the tick's P&L, the window's return and drawdown) + prediction hit/miss
-       * bonus - contradiction - the threat of a probe on the Golem's asset.
+    P (outcome): `outcome` (the tick's P&L, the window's return and drawdown: this module's `outcome`,
+       which the caller keeps as the ground truth too) + prediction hit/miss * bonus - contradiction -
+       the threat of a probe on the Golem's asset.
     A (intensity): tanh(k_a * (realised vol / reference vol - 1)) + probe severity + `impulse_a` (regime
        shifts and large own position changes, fading: `impulse`).
     D (control): `impulse_d` (deliberate trades that filled (+) or failed (-), fading), tanh(k_control * exposure * trend)
@@ -176,8 +177,7 @@ def stimulus(ap, *, pnl_rate, prediction, contradicted, look: Outlook, vol_ratio
        position (exploit or rug pull, liquidation, stop breached).
     """
     probe_p = np.array([ap.probe_threat.get(k, 0.0) for k in ("none", "low", "medium", "high")])
-    sp = (outcome(ap, pnl_rate, look) + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted
-          - probe_p[probe_sev])
+    sp = outcome + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted - probe_p[probe_sev]
     probe_a = np.array([ap.probe_arousal.get(k, 0.0) for k in ("none", "low", "medium", "high")])
     sa = np.tanh(ap.k_a * (vol_ratio - 1.0)) + probe_a[probe_sev] + impulse_a
     sd = impulse_d + np.tanh(ap.k_control * control) + worked + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock
@@ -204,12 +204,39 @@ def prototype_matrix(prototypes=None) -> np.ndarray:
 
 
 def classify_batch(p, a, d, proto_unit: np.ndarray, neutral_norm: float = 0.05) -> np.ndarray:
-    """Emotion codes (index into pad.EMOTION_CODES; 0 = neutral) by nearest prototype cosine."""
-    v = np.stack([p, a, d], axis=1)
-    n = np.sqrt(p * p + a * a + d * d)   # linalg.norm's bits (its sum runs left to right), a fifth of its time
-    cos = (v @ proto_unit.T) / np.maximum(n, 1e-8)[:, None]
-    code = np.argmax(cos, axis=1) + 1  # argmax takes the first maximum: SPEC order on ties
-    return np.where(n < neutral_norm, 0, code).astype(np.int8)
+    """Emotion codes (index into pad.EMOTION_CODES; 0 = neutral) by nearest prototype cosine
+    (`_classify_rows`)."""
+    p, a, d = (np.asarray(x, dtype=np.float64) for x in (p, a, d))
+    out = np.empty(p.shape, np.int8)
+    _classify_rows(p.ravel(), a.ravel(), d.ravel(), np.ascontiguousarray(proto_unit, dtype=np.float64),
+                   float(neutral_norm), out.reshape(-1))
+    return out
+
+
+@njit(cache=True)
+def _classify_rows(p, a, d, proto_unit, neutral_norm, out):
+    """out[i] = 0 (neutral) where the PAD's norm sqrt(p^2 + a^2 + d^2) < neutral_norm, else 1 + the
+    prototype with the largest cosine (the first on a tie, SPEC order; the first NaN, as argmax).
+    The cosine is fma(d, u_d, fma(a, u_a, p u_p)) / max(norm, 1e-8): the operations OpenBLAS's
+    dgemm performs for a cohort of more rows than one on the machines measured (docs/decisions.md,
+    "Emotion codes"), written out so that a code depends on the Golem's PAD alone, not on how many
+    Golems share the call (a lone row went through gemv, summed in another order), and so that it
+    costs no BLAS call (~60 us after the scan, even for three rows)."""
+    for i in range(out.size):
+        n = np.sqrt(p[i] * p[i] + a[i] * a[i] + d[i] * d[i])
+        if n < neutral_norm:
+            out[i] = 0
+            continue
+        m = n if n >= 1e-8 or np.isnan(n) else 1e-8
+        best, code = -np.inf, 0
+        for e in range(proto_unit.shape[0]):
+            c = _fma(d[i], proto_unit[e, 2], _fma(a[i], proto_unit[e, 1], p[i] * proto_unit[e, 0])) / m
+            if np.isnan(c):
+                code = e + 1
+                break
+            if code == 0 or c > best:
+                best, code = c, e + 1
+        out[i] = code
 
 
 def intensity_batch(p, a, d) -> np.ndarray:

@@ -343,10 +343,11 @@ class Mind:
                                                  + ap.position_change_arousal * pos_change, dt_s, ap.impulse_half_life_s)
         imp_d, pop.imp_d[ix] = appraisal.impulse(pop.imp_d[ix], ap.action_success * (act > 0)
                                                  - ap.failed_transaction * (act < 0), dt_s, ap.impulse_half_life_s)
-        sp, sa, sd = appraisal.stimulus(ap, pnl_rate=pnl_rate, prediction=prediction, contradicted=contradicted,
-                                        look=look, vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
+        out = appraisal.outcome(ap, pnl_rate, look)
+        sp, sa, sd = appraisal.stimulus(ap, outcome=out, prediction=prediction, contradicted=contradicted,
+                                        vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
                                         control=control, worked=worked, shock=shock)
-        return np.stack([sp, sa, sd], axis=1), np.tanh(appraisal.outcome(ap, pnl_rate, look))
+        return np.stack([sp, sa, sd], axis=1), np.tanh(out)
 
     def _shock(self, ix: np.ndarray, obs: Observation, price: np.ndarray, peak: np.ndarray) -> np.ndarray:
         """A held position hit: an exploit or rug pull on its asset, a liquidation, or a stop

@@ -28,6 +28,7 @@ def _stim(**kw):
                 control=np.zeros(1), worked=np.zeros(1), shock=np.zeros(1))
     base.update({k: np.atleast_1d(np.asarray(v, dtype=np.int64 if k == "probe_sev" else np.float64)) if k != "look" else v
                  for k, v in kw.items()})
+    base["outcome"] = appraisal.outcome(AP, base.pop("pnl_rate"), base.pop("look"))
     return [float(x[0]) for x in appraisal.stimulus(AP, **base)]
 
 

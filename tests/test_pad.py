@@ -172,3 +172,36 @@ def test_emotion_label_rules():
     assert pad.emotion_label(0.3, 0.0, 0, 2, False) == "neutral"
     assert pad.emotion_label(-0.1, 0.7, 1, 0, False) == "risk"
     assert pad.emotion_label(0.5, 0.0, 0, 0, True) == "risk"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(unit, unit, unit), min_size=1, max_size=40), st.integers(0, 2**31))
+def test_classify_batch_is_the_scalar_classify_whatever_the_batch(pads, seed):
+    """The cohort's emotion codes (`appraisal.classify_batch`) name what `pad.classify` names for
+    each PAD (the prototypes' cosines within 1e-9 of each other aside, where the two arithmetics may
+    pick either), and a Golem's code is the same alone as in any batch."""
+    from golem.appraisal import classify_batch, prototype_matrix
+    units = prototype_matrix()
+    rng = np.random.default_rng(seed)
+    p, a, d = (np.array(c, dtype=np.float64) * rng.choice([1.0, 0.03, 0.0], len(pads)) for c in zip(*pads))
+    codes = classify_batch(p, a, d, units)
+    names = ("neutral",) + pad.EMOTIONS
+    for i in range(len(pads)):
+        v = (p[i], a[i], d[i])
+        assert classify_batch(p[i:i + 1], a[i:i + 1], d[i:i + 1], units)[0] == codes[i]
+        want = pad.classify(v)
+        if names[codes[i]] != want:
+            cos = sorted(pad.pad_cosine_safe(v, u) for u in pad.load_prototypes().values())
+            assert cos[-1] - cos[-2] < 1e-9, (v, names[codes[i]], want)
+
+
+def test_classify_batch_prototypes_neutral_and_ties_by_hand():
+    from golem.appraisal import classify_batch, prototype_matrix
+    protos = pad.load_prototypes()
+    vecs = np.array([protos[e] for e in pad.EMOTIONS] + [(0.02, 0.02, 0.02), (0.03, 0.03, 0.03), (0.0, 0.0, 0.0)])
+    codes = classify_batch(vecs[:, 0], vecs[:, 1], vecs[:, 2], prototype_matrix())
+    assert codes[:len(pad.EMOTIONS)].tolist() == list(range(1, len(pad.EMOTIONS) + 1))
+    assert codes[-3] == 0 and codes[-2] != 0 and codes[-1] == 0        # norms 0.035, 0.052, 0
+    # two identical prototypes: the earlier one in SPEC order wins
+    twin = prototype_matrix()[[1, 1, 0]]
+    assert classify_batch(np.array([twin[0, 0]]), np.array([twin[0, 1]]), np.array([twin[0, 2]]), twin)[0] == 1
