@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from golem.grimoire import ARCHIVED, DAY_MS, Grimoire
-from golem.kernels import charge_at
+from golem.kernels import charge_at, np_sum
 
 REM_FACTOR = (1.0 / 3.0) ** (1.0 / 3.0)
 
@@ -110,32 +110,62 @@ def dream_columns(gr: Grimoire, golems: np.ndarray, now_ms: int, cfg, score_fn=N
     golems = np.asarray(golems, dtype=np.int64)
     replay = select_replay(gr, golems, now_ms, d.replay_budget, cfg.decay.half_life_days, cfg.decay.reactivation_boost,
                            score_fn)
-    chosen = replay >= 0
-    r = replay[chosen]
-    before_a = c["a"][r].astype(np.float64)
-    c["confidence"][r] = np.minimum(1.0, c["confidence"][r] + d.confidence_boost)
-    tagged = r[c["has_tag"][r]]
-    gr.set_tag_pad(tagged, a=rem_depotentiate(c["a"][tagged].astype(np.float64), d.rem_cycles))
-    after_a = c["a"][r]
-    # synaptic homeostasis over every live entry, the salient ones kept as they were
-    slots = golems[:, None] * gr.capacity + np.arange(gr.capacity)
-    live = gr.live_rows(golems)
-    imp = c["importance"].reshape(gr.n_golems, gr.capacity)
-    pre = imp[golems]
-    salient = c["salience"][slots] >= np.float32(gr.protect)
-    imp[golems] = np.where(live & ~salient, pre * d.downscale, pre)
-    # mean |A| of the replayed tags (REM takes the charge out whichever the arousal's sign), per
-    # Golem as numpy takes a mean: a full replay row by row at once, a short one on its own
-    n = chosen.sum(axis=1)
-    full = (n == replay.shape[1]) & (n > 0)
-    before, after = np.zeros(golems.size), np.zeros(golems.size)
-    if full.any():
-        before[full] = np.abs(before_a[np.repeat(full, n)].reshape(-1, replay.shape[1])).mean(axis=1)
-        after[full] = np.abs(after_a[np.repeat(full, n)].reshape(-1, replay.shape[1])).mean(axis=1)
-    bounds = np.concatenate([[0], np.cumsum(n)])
-    for i in np.flatnonzero(~full & (n > 0)):
-        before[i] = np.abs(before_a[bounds[i]:bounds[i + 1]]).mean()
-        after[i] = np.abs(after_a[bounds[i]:bounds[i + 1]]).mean()
-    return {"replayed": (c["id"][r].astype(np.int64), bounds.astype(np.int64)), "arousal_before": before,
-            "arousal_after": after, "downscaled": (live & ~salient).sum(axis=1).astype(np.int64),
-            "reboosted": (live & salient).sum(axis=1).astype(np.int64)}
+    ids, bounds, before, after, down, up = _dream_rows(
+        golems, gr.capacity, gr.count, replay, c["id"], c["has_tag"], c["a"], c["confidence"], c["importance"],
+        c["salience"], np.float32(gr.protect), float(d.confidence_boost), rem_depotentiate(1.0, d.rem_cycles),
+        float(d.downscale))
+    return {"replayed": (ids, bounds), "arousal_before": before, "arousal_after": after, "downscaled": down,
+            "reboosted": up}
+
+
+@njit(cache=True)
+def _dream_rows(golems, cap, count, replay, ids, has_tag, a, confidence, importance, salience, protect, boost,
+                rem_scale, downscale):
+    """What a dream does to each Golem's slab and the figures of its `events` row, a Golem at a
+    time, with the array expressions' arithmetic (tests/test_curation.py holds them as the
+    reference): its replayed entries (`replay`'s row up to the first -1) gain `boost` confidence
+    (float32, at most 1), their tags' arousal is scaled by `rem_scale` (in float64, stored as
+    float32); every live entry of the slab not salient (salience >= protect) has its importance
+    scaled by `downscale` (float32). Returns the replayed ids (row after row) with each row's
+    bounds, the mean |A| of its replayed tags before (float64) and after (a float32 sum divided in
+    float64 and rounded to float32, as numpy means float32; numpy's pairwise sums, `np_sum`), and
+    the live entries downscaled and kept."""
+    n, k = replay.shape
+    out_ids = np.empty(n * k, np.int64)
+    bounds = np.zeros(n + 1, np.int64)
+    before = np.zeros(n)
+    after = np.zeros(n)
+    down = np.zeros(n, np.int64)
+    up = np.zeros(n, np.int64)
+    ab = np.empty(k)
+    aa = np.empty(k, a.dtype)
+    boost32, one32, scale32 = np.float32(boost), np.float32(1.0), np.float32(downscale)
+    m = 0
+    for r in range(n):
+        c = 0
+        while c < k and replay[r, c] >= 0:
+            s = replay[r, c]
+            ab[c] = abs(np.float64(a[s]))
+            x = confidence[s] + boost32
+            confidence[s] = x if x < one32 or np.isnan(x) else one32
+            if has_tag[s]:
+                a[s] = np.float64(a[s]) * rem_scale
+            aa[c] = abs(a[s])
+            out_ids[m + c] = ids[s]
+            c += 1
+        m += c
+        bounds[r + 1] = m
+        if c > 0:
+            before[r] = np_sum(ab, 0, c, 0.0) / c
+            after[r] = np.float32(np.float64(np_sum(aa, 0, c, np.float32(0.0))) / c)   # numpy: float32 sum / intp
+        base = golems[r] * cap
+        for j in range(count[golems[r]]):
+            s = base + j
+            if ids[s] < 0:
+                continue
+            if salience[s] >= protect:
+                up[r] += 1
+            else:
+                importance[s] = importance[s] * scale32
+                down[r] += 1
+    return out_ids[:m].copy(), bounds, before, after, down, up

@@ -547,12 +547,6 @@ class Grimoire:
         tagged = c["has_tag"][slots]
         return np.stack([np.where(tagged, x / n, 0.0) for x in (p, a, d)], axis=-1)
 
-    def set_tag_pad(self, slots: np.ndarray, p=None, a=None, d=None) -> None:
-        """Change tag components (e.g. REM depotentiation of arousal)."""
-        for k, v in (("p", p), ("a", a), ("d", d)):
-            if v is not None:
-                self.cols[k][slots] = v
-
 
 
 _RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "curator_weight": 1.0}

@@ -220,6 +220,71 @@ def test_dream_replay_keeps_confidence_direction_and_content():
     assert np.allclose(u, v / np.linalg.norm(v, axis=1, keepdims=True), atol=1e-6)
 
 
+def _dream_rows_by_arrays(golems, cap, count, replay, ids, has_tag, a, confidence, importance, salience, protect,
+                          boost, rem_cycles, downscale):
+    """What `dreams._dream_rows` does, as the array expressions over the dreaming Golems (its reference)."""
+    chosen = replay >= 0
+    r = replay[chosen]
+    before_a = a[r].astype(np.float64)
+    confidence[r] = np.minimum(1.0, confidence[r] + boost)
+    tagged = r[has_tag[r]]
+    a[tagged] = dreams.rem_depotentiate(a[tagged].astype(np.float64), rem_cycles)
+    after_a = a[r]
+    slots = golems[:, None] * cap + np.arange(cap)
+    live = (np.arange(cap)[None, :] < count[golems][:, None]) & (ids[slots] >= 0)
+    imp = importance.reshape(-1, cap)
+    pre = imp[golems]
+    salient = salience[slots] >= protect
+    imp[golems] = np.where(live & ~salient, pre * downscale, pre)
+    n = chosen.sum(axis=1)
+    full = (n == replay.shape[1]) & (n > 0)
+    before, after = np.zeros(golems.size), np.zeros(golems.size)
+    if full.any():
+        before[full] = np.abs(before_a[np.repeat(full, n)].reshape(-1, replay.shape[1])).mean(axis=1)
+        after[full] = np.abs(after_a[np.repeat(full, n)].reshape(-1, replay.shape[1])).mean(axis=1)
+    bounds = np.concatenate([[0], np.cumsum(n)])
+    for i in np.flatnonzero(~full & (n > 0)):
+        before[i] = np.abs(before_a[bounds[i]:bounds[i + 1]]).mean()
+        after[i] = np.abs(after_a[bounds[i]:bounds[i + 1]]).mean()
+    return (ids[r].astype(np.int64), bounds.astype(np.int64), before, after,
+            (live & ~salient).sum(axis=1).astype(np.int64), (live & salient).sum(axis=1).astype(np.int64))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 8), st.sampled_from([4, 16, 40]), st.integers(1, 16))
+def test_the_dream_kernel_is_the_array_expressions_bit_for_bit(seed, n, cap, budget):
+    """Replays full, short and empty, tagged and untagged entries, slabs partly filled and with
+    holes, salient and not, a boost past 1: the same ids, means and counts, and the same columns
+    left, bit for bit."""
+    rng = np.random.default_rng(seed)
+    g_all = n + int(rng.integers(0, 3))
+    size = g_all * cap
+    golems = np.sort(rng.permutation(g_all)[:n]).astype(np.int64)
+    count = rng.integers(0, cap + 1, g_all).astype(np.int32)
+    ids = np.where(rng.random(size) < 0.15, -1, np.arange(size) + 1000).astype(np.int64)
+    k = min(budget, cap)
+    replay = np.full((n, k), -1, np.int64)
+    for i, g in enumerate(golems):
+        live = np.flatnonzero(ids[g * cap:g * cap + count[g]] >= 0)
+        m = int(rng.integers(0, min(k, live.size) + 1))
+        replay[i, :m] = g * cap + rng.permutation(live)[:m]
+    cols = dict(has_tag=rng.random(size) < 0.7, a=rng.uniform(-1, 1, size).astype(np.float32),
+                confidence=np.where(rng.random(size) < 0.2, 1.0, rng.uniform(0, 1, size)).astype(np.float32),
+                importance=rng.uniform(0, 1, size).astype(np.float32),
+                salience=rng.choice([0.3, 0.7, 0.71, 0.9], size).astype(np.float32))
+    ref = {key: v.copy() for key, v in cols.items()}
+    boost, cycles, down = float(rng.uniform(0.001, 0.3)), int(rng.integers(0, 4)), float(rng.choice([0.95, 0.5]))
+    got = dreams._dream_rows(golems, cap, count, replay, ids, cols["has_tag"], cols["a"], cols["confidence"],
+                             cols["importance"], cols["salience"], np.float32(0.7), boost,
+                             dreams.rem_depotentiate(1.0, cycles), down)
+    want = _dream_rows_by_arrays(golems, cap, count, replay, ids, ref["has_tag"], ref["a"], ref["confidence"],
+                                 ref["importance"], ref["salience"], np.float32(0.7), boost, cycles, down)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.tobytes() == w.tobytes()
+    for key in cols:
+        assert cols[key].tobytes() == ref[key].tobytes(), key
+
+
 def test_dreaming_ticks_do_not_trade(flash_run):
     h = table(flash_run.run_dir, "heartbeats").filter(pl.col("state_path") == "DREAMING")
     assert h.height > 0 and not h["traded"].any()
