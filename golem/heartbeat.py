@@ -580,8 +580,8 @@ class Mind:
 
         def codes(kind):
             return np.array([topic_code(f"{a}/{kind}") for a in self.assets], dtype=np.int64)[asset]
-        trig = flashbulb.triggers(cfg, emotion[:, 1], pop.high_a_run[ix], s.tick_pnl, s.value, s.new_regime,
-                                  s.sev).any(axis=1)
+        trig = flashbulb.any_trigger(flashbulb.triggers(cfg, emotion[:, 1], pop.high_a_run[ix], s.tick_pnl, s.value,
+                                                        s.new_regime, s.sev))
         cols = [codes("price-move"), codes("trade"),
                 np.where(trig, codes("flashbulb"), -1),
                 np.where(load_pad[:, 2] < cfg.reflection.dominance, codes("dominance-correction"), -1),
@@ -729,10 +729,11 @@ class Mind:
         pop, fb = self.pop, self.cfg.flashbulb
         a = s.pad[:, 1]
         trig = flashbulb.triggers(self.cfg, a, pop.high_a_run[ix], s.tick_pnl, s.value, s.new_regime, s.sev)
-        any_trig = trig.any(axis=1) & ~s.first
-        nwin = flashbulb.in_window(pop.fb_times[ix], now_ms)
+        rows = np.flatnonzero(flashbulb.any_trigger(trig) & ~s.first)
+        nwin = np.zeros(ix.size, dtype=np.int64)
+        nwin[rows] = flashbulb.in_window(pop.fb_times[ix[rows]], now_ms)   # most ticks trigger nothing
         fired = np.zeros(ix.size, dtype=bool)
-        for i in np.flatnonzero(any_trig):
+        for i in rows:
             names = [flashbulb.TRIGGERS[j] for j in np.flatnonzero(trig[i])]
             ok = flashbulb.allowed(float(a[i]), int(nwin[i]), names[0], fb.arousal, fb.max_per_24h, fb.extra_step)
             req = flashbulb.required_arousal(int(nwin[i]), fb.arousal, fb.max_per_24h, fb.extra_step)

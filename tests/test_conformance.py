@@ -656,6 +656,14 @@ def test_flashbulb_pnl_trigger_is_5_percent_of_value(pnl, fires):
     assert trig[0].tolist() == [False, fires, False, False]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 2**31))
+def test_any_trigger_is_any_of_the_row(n, seed):
+    from golem import flashbulb
+    trig = np.random.default_rng(seed).random((n, len(flashbulb.TRIGGERS))) < 0.2
+    np.testing.assert_array_equal(flashbulb.any_trigger(trig), trig.any(axis=1))
+
+
 @pytest.mark.parametrize("strength, escalated", [(3, False), (4, True)])
 def test_a_negative_somatic_marker_escalates_only_with_strength_above_3(strength, escalated):
     """SPEC §5 SENSING: valence < -0.5 and strength > 3 escalate an all-normal tick to T1."""
