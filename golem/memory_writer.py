@@ -24,9 +24,10 @@ DEFAULTS = {"raw_outcome": np.nan, "regime": 0, "tokens": "", "force": False}
 class Candidates:
     """Would-be entries of one tick batch, as growing column lists."""
 
-    cols: dict[str, list] = field(default_factory=dict)
+    cols: dict[str, list] = field(default_factory=dict)   # per column, a chunk per add(): its rows, or a 0-d value
     emb: list[np.ndarray] = field(default_factory=list)
     topics: list[np.ndarray] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)        # rows per add()
     n: int = 0            # rows so far (kept, not recounted: add() is called once per event seen)
     #: candidates `write` refused as empty observations: (golem, kind code, topic, reason)
     aborted: list[tuple[int, int, str, str]] = field(default_factory=list)
@@ -37,7 +38,7 @@ class Candidates:
             return
         self.emb.append(np.asarray(emb, dtype=np.float64))
         self.topics.append(np.asarray(topics, dtype=object))
-        have_before = self.n
+        self.sizes.append(n)
         self.n += n
         if self.cols and set(cols) | set(DEFAULTS) != set(self.cols):
             missing = (set(self.cols) ^ (set(cols) | set(DEFAULTS)))
@@ -46,19 +47,31 @@ class Candidates:
             if k not in cols:
                 cols[k] = v
         for k, v in cols.items():
-            # copies (the caller may change its arrays before build()); a row per candidate
+            # copies (the caller may change its arrays before build()); a value shared by the rows
+            # stays one 0-d array until build() (most columns of an add are one value)
             if isinstance(v, np.ndarray) and v.shape == (n,):
                 chunk = v.copy()
             else:
                 arr = np.asarray(v, dtype=object) if isinstance(v, str) else np.asarray(v)
-                chunk = np.full(n, arr, dtype=arr.dtype) if arr.ndim == 0 else np.broadcast_to(arr, (n,)).copy()
+                chunk = arr.copy() if arr.ndim == 0 else np.broadcast_to(arr, (n,)).copy()
             self.cols.setdefault(k, []).append(chunk)
 
     def build(self) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
         if not self.emb:
             return None
-        cols = {k: np.concatenate(v) for k, v in self.cols.items()}
-        return np.concatenate(self.emb), cols, np.concatenate(self.topics)
+        return np.concatenate(self.emb), {k: self._column(v) for k, v in self.cols.items()}, np.concatenate(self.topics)
+
+    def _column(self, chunks: list[np.ndarray]) -> np.ndarray:
+        """A column's chunks as one array, as np.concatenate of them at full length would give it
+        (the dtype np.result_type of the chunks)."""
+        if all(c.ndim for c in chunks):
+            return np.concatenate(chunks)
+        out = np.empty(self.n, dtype=np.result_type(*chunks))
+        lo = 0
+        for c, m in zip(chunks, self.sizes):
+            out[lo:lo + m] = c
+            lo += m
+        return out
 
 
 def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
