@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from golem import grimoire as gm
-from golem.appraisal import arousal_factor_batch, intensity_batch
+from golem.appraisal import arousal_factor_batch
 from golem.context import topic_code
 
 DAY_MS = 86_400_000
@@ -75,38 +76,89 @@ class Candidates:
 
 
 def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Salience (vectorised SPEC §3.3 `grimoire.salience`), gating, TTL tier, promotion, window."""
-    s_cfg = cfg.salience
-    p, a, d = c["p"], c["a"], c["d"]
-    inten = np.where(c["has_tag"], intensity_batch(p, a, d), 0.0)
-    value, pnl = c["value"], c["pnl"]
-    # grimoire.pnl_magnitude: with nothing left (value <= 0) any change is everything
-    denom = s_cfg.pnl_scale * value
-    with np.errstate(over="ignore"):              # a tiny value: any P&L fills m to 1
-        m = np.where(denom > 0, np.minimum(1.0, np.abs(pnl) / np.where(denom > 0, denom, 1.0)),
-                     (pnl != 0).astype(np.float64))
-    s = np.minimum(1.0, inten + m * (1 - inten))                   # grimoire.fill: never past 1
-    neg = c["has_tag"] & (p < 0)
-    s = np.where(neg, np.minimum(1.0, s + s_cfg.negativity * np.abs(p) * (1 - s)), s)
-    role_scale = np.array([s_cfg.role_observation, s_cfg.role_action, s_cfg.role_insight])[c["role"]]
-    s = np.minimum(1.0, s * role_scale)
-    s = np.minimum(1.0, s + s_cfg.signal_boost * c["signals"])
-    s = np.where(c["first_sighting"], np.maximum(s, s_cfg.first_sighting_floor), s)
-    # flashbulbs bypass the gate (SPEC §3.3); so do entries the mind must keep whatever their
-    # salience: death reflections and curator lessons (`force`)
-    write = (s >= s_cfg.gate_min) | c["flashbulb"] | c.get("force", np.zeros(s.shape, bool)).astype(bool)
-    # the salience tier's TTL; a forced write below the gate has no tier (TTL 0, as imports)
-    ttl = np.where(s < s_cfg.gate_min, 0.0, np.where(s < s_cfg.tier_14d, s_cfg.ttl_days_low,
-                   np.where(s < s_cfg.tier_30d, s_cfg.ttl_days_mid, s_cfg.ttl_days_high))).astype(np.float64)
-    dc = c["decay_class"].astype(np.int8)
-    promote = (s >= s_cfg.promotion) & (dc < gm.REGIME)
-    dc = np.where(promote, dc + 1, dc).astype(np.int8)
-    dc = np.where(c["flashbulb"], gm.STRUCTURAL, dc).astype(np.int8)
-    g = cfg.grimoire
-    class_days = np.array([g.ephemeral_days, g.tactical_days, g.regime_conditional_days, np.inf])[dc]
-    window_days = np.where(dc == gm.STRUCTURAL, np.inf, np.maximum(class_days, ttl) * (1 + s))
-    return {"salience": s, "write": write, "ttl_days": ttl, "decay_class": dc,
-            "window_ms": window_days * DAY_MS, "intensity": inten}
+    """Salience (vectorised SPEC §3.3 `grimoire.salience`), gating, TTL tier, promotion, window, for
+    the candidates' columns `c` (`_salience_rows`; P, A, D, value and P&L taken as float64, as the
+    mind's are)."""
+    s_cfg, g = cfg.salience, cfg.grimoire
+    n = np.asarray(c["p"]).size
+
+    def col(k, dtype, default=None):
+        v = c.get(k, default)
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(v, dtype=dtype), (n,)))
+    sal, write, ttl, dc, window_ms, inten = _salience_rows(
+        col("p", np.float64), col("a", np.float64), col("d", np.float64), col("has_tag", np.bool_),
+        col("value", np.float64), col("pnl", np.float64), col("role", np.int64), col("signals", np.float64),
+        col("first_sighting", np.bool_), col("flashbulb", np.bool_), col("force", np.bool_, False),
+        col("decay_class", np.int8),
+        np.array([s_cfg.role_observation, s_cfg.role_action, s_cfg.role_insight], dtype=np.float64),
+        np.array([g.ephemeral_days, g.tactical_days, g.regime_conditional_days, np.inf]),
+        float(s_cfg.pnl_scale), float(s_cfg.negativity), float(s_cfg.signal_boost), float(s_cfg.first_sighting_floor),
+        float(s_cfg.gate_min), float(s_cfg.tier_14d), float(s_cfg.tier_30d), float(s_cfg.ttl_days_low),
+        float(s_cfg.ttl_days_mid), float(s_cfg.ttl_days_high), float(s_cfg.promotion), gm.REGIME, gm.STRUCTURAL,
+        float(DAY_MS), np.sqrt(3.0))
+    return {"salience": sal, "write": write, "ttl_days": ttl, "decay_class": dc, "window_ms": window_ms,
+            "intensity": inten}
+
+
+@njit(cache=True, inline="always")
+def _min(x, y):
+    """numpy's minimum of two float64s (a NaN wins)."""
+    return x if x < y or np.isnan(x) else y
+
+
+@njit(cache=True, inline="always")
+def _max(x, y):
+    """numpy's maximum of two float64s (a NaN wins)."""
+    return x if x > y or np.isnan(x) else y
+
+
+@njit(cache=True)
+def _salience_rows(p, a, d, has_tag, value, pnl, role, signals, first_sighting, flashbulb, force, decay_class,
+                   role_scale, class_days, pnl_scale, negativity, signal_boost, first_floor, gate_min, tier_14d,
+                   tier_30d, ttl_low, ttl_mid, ttl_high, promotion, regime, structural, day_ms, sqrt3):
+    """Each candidate's salience, gate, TTL tier, class and window (SPEC §3.2-3.3), one pass with the
+    array expressions' operations in their order (tests/test_grimoire.py holds them): the intensity
+    of a tagged one (|PAD| / sqrt 3), filled by the P&L's magnitude (|pnl| / (pnl_scale x value), 1
+    for any change of a book with nothing left), negative tags filled further (negativity x |P|),
+    scaled by the role, plus the signals' boost, at least first_floor for a first sighting, all
+    capped at 1. Written when at least gate_min (or a flashbulb, or forced); the tier's TTL by
+    tier_14d / tier_30d (0 below the gate); promoted one class from `promotion` up to `regime`, a
+    flashbulb `structural`; the window max(class days, TTL) x (1 + s) days, unbounded for
+    structural."""
+    n = p.size
+    sal = np.empty(n)
+    write = np.empty(n, np.bool_)
+    ttl = np.empty(n)
+    dc = np.empty(n, np.int8)
+    window_ms = np.empty(n)
+    inten = np.empty(n)
+    for i in range(n):
+        x = np.sqrt(p[i] * p[i] + a[i] * a[i] + d[i] * d[i]) / sqrt3 if has_tag[i] else 0.0
+        inten[i] = x
+        denom = pnl_scale * value[i]
+        if denom > 0:
+            m = _min(1.0, abs(pnl[i]) / denom)
+        else:
+            m = 1.0 if pnl[i] != 0 else 0.0
+        s = _min(1.0, x + m * (1 - x))
+        if has_tag[i] and p[i] < 0:
+            s = _min(1.0, s + negativity * abs(p[i]) * (1 - s))
+        s = _min(1.0, s * role_scale[role[i]])
+        s = _min(1.0, s + signal_boost * signals[i])
+        if first_sighting[i]:
+            s = _max(s, first_floor)
+        sal[i] = s
+        write[i] = (s >= gate_min) | flashbulb[i] | force[i]
+        t = 0.0 if s < gate_min else (ttl_low if s < tier_14d else (ttl_mid if s < tier_30d else ttl_high))
+        ttl[i] = t
+        c = decay_class[i]
+        if s >= promotion and c < regime:
+            c = c + 1
+        if flashbulb[i]:
+            c = structural
+        dc[i] = c
+        window_ms[i] = (np.inf if c == structural else _max(class_days[c], t) * (1 + s)) * day_ms
+    return sal, write, ttl, dc, window_ms, inten
 
 
 def empty_observations(emb: np.ndarray, topics: np.ndarray) -> np.ndarray:

@@ -88,6 +88,59 @@ def _cands(n, **over):
     return c
 
 
+def _score_and_gate_by_arrays(cfg, c):
+    """`memory_writer.score_and_gate` as the candidates' array expressions (its kernel's reference)."""
+    s_cfg = cfg.salience
+    p, a, d = c["p"], c["a"], c["d"]
+    inten = np.where(c["has_tag"], np.sqrt(p * p + a * a + d * d) / np.sqrt(3.0), 0.0)
+    value, pnl = c["value"], c["pnl"]
+    denom = s_cfg.pnl_scale * value
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = np.where(denom > 0, np.minimum(1.0, np.abs(pnl) / np.where(denom > 0, denom, 1.0)),
+                     (pnl != 0).astype(np.float64))
+    s = np.minimum(1.0, inten + m * (1 - inten))
+    neg = c["has_tag"] & (p < 0)
+    s = np.where(neg, np.minimum(1.0, s + s_cfg.negativity * np.abs(p) * (1 - s)), s)
+    role_scale = np.array([s_cfg.role_observation, s_cfg.role_action, s_cfg.role_insight])[c["role"]]
+    s = np.minimum(1.0, s * role_scale)
+    s = np.minimum(1.0, s + s_cfg.signal_boost * c["signals"])
+    s = np.where(c["first_sighting"], np.maximum(s, s_cfg.first_sighting_floor), s)
+    write = (s >= s_cfg.gate_min) | c["flashbulb"] | c.get("force", np.zeros(s.shape, bool)).astype(bool)
+    ttl = np.where(s < s_cfg.gate_min, 0.0, np.where(s < s_cfg.tier_14d, s_cfg.ttl_days_low,
+                   np.where(s < s_cfg.tier_30d, s_cfg.ttl_days_mid, s_cfg.ttl_days_high))).astype(np.float64)
+    dc = c["decay_class"].astype(np.int8)
+    promote = (s >= s_cfg.promotion) & (dc < gm.REGIME)
+    dc = np.where(promote, dc + 1, dc).astype(np.int8)
+    dc = np.where(c["flashbulb"], gm.STRUCTURAL, dc).astype(np.int8)
+    g = cfg.grimoire
+    class_days = np.array([g.ephemeral_days, g.tactical_days, g.regime_conditional_days, np.inf])[dc]
+    window_days = np.where(dc == gm.STRUCTURAL, np.inf, np.maximum(class_days, ttl) * (1 + s))
+    return {"salience": s, "write": write, "ttl_days": ttl, "decay_class": dc, "window_ms": window_days * gm.DAY_MS,
+            "intensity": inten}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 60))
+def test_the_salience_kernel_is_the_array_expressions_bit_for_bit(seed, n):
+    """Tagged and untagged, books with and without value (NaN P&L among them), every role, signal
+    count, class and first sighting, flashbulbs and forced writes: the same salience, gate, TTL,
+    class, window and intensity, bit for bit."""
+    rng = np.random.default_rng(seed)
+    cfg = default_config()
+    c = _cands(n, p=rng.choice([-1.0, -0.3, 0.0, 0.4, 1.0], n) * rng.uniform(0, 1, n), a=rng.uniform(-1, 1, n),
+               d=rng.uniform(-1, 1, n), has_tag=rng.random(n) < 0.8,
+               value=rng.choice([1e4, 3e3, 1e4, 3e3, 1e4, 0.0, -50.0, 1e-300], n),
+               pnl=rng.choice([0.0, -0.0, 5.0, -12.0, 25.0, 5.0, -400.0, np.nan], n) * rng.uniform(0.5, 2, n),
+               role=rng.integers(0, 3, n), signals=rng.integers(0, 4, n), first_sighting=rng.random(n) < 0.2,
+               flashbulb=rng.random(n) < 0.1, decay_class=rng.integers(0, 4, n))
+    if rng.random() < 0.5:
+        c["force"] = rng.random(n) < 0.2
+    got, want = score_and_gate(cfg, c), _score_and_gate_by_arrays(cfg, c)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes(), k
+
+
 def test_vectorised_scoring_matches_scalar_salience():
     cfg = default_config()
     rng = np.random.default_rng(5)
