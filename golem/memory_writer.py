@@ -83,8 +83,8 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     n = np.asarray(c["p"]).size
 
     def col(k, dtype, default=None):
-        v = c.get(k, default)
-        return np.ascontiguousarray(np.broadcast_to(np.asarray(v, dtype=dtype), (n,)))
+        v = np.asarray(c.get(k, default), dtype=dtype)
+        return np.ascontiguousarray(v) if v.shape == (n,) else np.full(n, v, dtype=dtype)
     sal, write, ttl, dc, window_ms, inten = _salience_rows(
         col("p", np.float64), col("a", np.float64), col("d", np.float64), col("has_tag", np.bool_),
         col("value", np.float64), col("pnl", np.float64), col("role", np.int64), col("signals", np.float64),
