@@ -135,6 +135,56 @@ def _price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_cut_ms, min_ret
     return vol, peak
 
 
+@njit(cache=True)
+def what_happened(ix, close, asset_col, last_price, cash, units, last_value, interval_s, last_ms, last_regime, tick,
+                  regime_seen, danger_ms, probe_sev, now_ms, regime, lookback_ticks, cooloff_ms):
+    """What happened to each Golem ix[i] since its last awake tick, the start of SENSING in one
+    pass (the cohort's array expressions, op for op; tests/test_affect.py holds them): its asset and
+    price now; whether this is its first tick; the move price / last price (1 on a first tick), as
+    a return and as the ratio whose log the caller takes; its book's value and the tick's P&L (0
+    first); the seconds since (the cadence first; at least 1 ms); a regime shift (one seen before
+    and another now) and whether the regime is new to it (unseen for more than lookback_ticks); the
+    probe's severity; danger (a high probe now, which `danger_ms` remembers, or one within
+    cooloff_ms); the move's sign. Returns (asset, price, first, ratio, ret, value, tick_pnl, dt_s,
+    regime_shift, new_regime, sev, danger, sign)."""
+    n = ix.size
+    asset = np.empty(n, np.int64)
+    price = np.empty(n)
+    first = np.empty(n, np.bool_)
+    ratio = np.empty(n)
+    ret = np.empty(n)
+    value = np.empty(n)
+    tick_pnl = np.empty(n)
+    dt_s = np.empty(n)
+    shift = np.empty(n, np.bool_)
+    new = np.empty(n, np.bool_)
+    sev = np.empty(n, np.int64)
+    danger = np.empty(n, np.bool_)
+    sign = np.empty(n, np.int64)
+    for i in range(n):
+        g = ix[i]
+        a = np.int64(asset_col[g])
+        p = close[a]
+        f = np.isnan(last_price[g])
+        q = p / (p if f else last_price[g])
+        r = q - 1.0
+        v = cash[g] + units[g] * p
+        asset[i], price[i], first[i], ratio[i], ret[i], value[i] = a, p, f, q, r, v
+        tick_pnl[i] = 0.0 if f else v - last_value[g]
+        dt = interval_s[g] if f else (now_ms - last_ms[g]) / 1000.0
+        dt_s[i] = dt if dt > 1e-3 or np.isnan(dt) else 1e-3
+        lr = last_regime[g]
+        shift[i] = (lr >= 0) & (lr != regime)
+        new[i] = shift[i] & (tick[g] - regime_seen[g, regime] > lookback_ticks)
+        sv = np.int64(probe_sev[i])
+        sev[i] = sv
+        if sv >= 3:
+            danger_ms[g] = now_ms
+        danger[i] = (sv >= 3) | (now_ms - danger_ms[g] < cooloff_ms)
+        sign[i] = np.int64(np.sign(r))
+    return asset, price, first, ratio, ret, value, tick_pnl, dt_s, shift, new, sev, danger, sign
+
+
 def impulse(charge: np.ndarray, new: np.ndarray, dt_s: np.ndarray, half_life_s: float) -> tuple[np.ndarray, np.ndarray]:
     """A discrete happening (a regime shift, a trade) as a stimulus that fades with `half_life_s`:
     (its mean over the interval just past, the charge left at its end). It is taken to have happened

@@ -264,25 +264,16 @@ class Mind:
         somatic marker of the tick's pattern, the reflex lane and the inference tier."""
         cfg, pop = self.cfg, self.pop
         ap = cfg.appraisal
-        asset = pop.asset[ix].astype(np.int64)
-        price = obs.close[asset]
-        first = np.isnan(pop.last_price[ix])
-        lp = np.where(first, price, pop.last_price[ix])
-        ret = price / lp - 1.0
-        value = pop.cash[ix] + pop.units[ix] * price
-        tick_pnl = np.where(first, 0.0, value - pop.last_value[ix])
         # affect lives in simulated time: dt since this Golem's last awake tick (a dream in between included)
-        dt_s = np.maximum(np.where(first, pop.interval_s[ix], (obs.now_ms - pop.last_ms[ix]) / 1000.0), 1e-3)
-        vol_ratio, peak = self._price_history(ix, obs, asset, price, np.log(price / lp), dt_s, first)
+        (asset, price, first, ratio, ret, value, tick_pnl, dt_s, regime_shift, new_regime, sev, danger,
+         sgn) = appraisal.what_happened(np.ascontiguousarray(ix, dtype=np.int64), obs.close, pop.asset, pop.last_price,
+                                        pop.cash, pop.units, pop.last_value, pop.interval_s, pop.last_ms,
+                                        pop.last_regime, pop.tick, pop.regime_seen, pop.danger_ms, obs.probe_sev,
+                                        obs.now_ms, obs.regime, cfg.flashbulb.regime_lookback_ticks,
+                                        cfg.decision.danger_cooloff_s * 1000.0)
+        vol_ratio, peak = self._price_history(ix, obs, asset, price, np.log(ratio), dt_s, first)
         regime = np.full(ix.size, obs.regime, dtype=np.int64)
-        last_regime = pop.last_regime[ix]
-        regime_shift = (last_regime >= 0) & (last_regime != obs.regime)
-        new_regime = regime_shift & (pop.tick[ix] - pop.regime_seen[ix, obs.regime] > cfg.flashbulb.regime_lookback_ticks)
-        sev = obs.probe_sev.astype(np.int64)
-        pop.danger_ms[ix] = np.where(sev >= 3, obs.now_ms, pop.danger_ms[ix])
-        danger = (sev >= 3) | (obs.now_ms - pop.danger_ms[ix] < cfg.decision.danger_cooloff_s * 1000.0)
         self.gas_level = "spiking" if obs.gas > 3.0 * obs.gas_ref else "normal"
-        sgn = np.sign(ret).astype(np.int64)
         stim, truth = self._stimulus(ix, obs, price, value, tick_pnl, dt_s, vol_ratio, peak, sev, regime_shift, sgn,
                                      first)
         stim = self.hooks.add(self, ix, obs, stim)   # appraisal hooks (golem.hooks): + their (n, 3) terms, clipped

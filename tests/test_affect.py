@@ -235,6 +235,57 @@ def test_the_outlook_kernel_is_the_array_expressions_bit_for_bit(seed, n, looks)
             assert getattr(mine, k).tobytes() == getattr(ref, k).tobytes()
 
 
+def _what_happened_by_arrays(ix, close, asset_col, last_price, cash, units, last_value, interval_s, last_ms,
+                             last_regime, tick, regime_seen, danger_ms, probe_sev, now_ms, regime, lookback_ticks,
+                             cooloff_ms):
+    """`appraisal.what_happened` as the cohort's array expressions (its reference)."""
+    asset = asset_col[ix].astype(np.int64)
+    price = close[asset]
+    first = np.isnan(last_price[ix])
+    lp = np.where(first, price, last_price[ix])
+    ret = price / lp - 1.0
+    value = cash[ix] + units[ix] * price
+    tick_pnl = np.where(first, 0.0, value - last_value[ix])
+    dt_s = np.maximum(np.where(first, interval_s[ix], (now_ms - last_ms[ix]) / 1000.0), 1e-3)
+    lr = last_regime[ix]
+    shift = (lr >= 0) & (lr != regime)
+    new = shift & (tick[ix] - regime_seen[ix, regime] > lookback_ticks)
+    sev = probe_sev.astype(np.int64)
+    danger_ms[ix] = np.where(sev >= 3, now_ms, danger_ms[ix])
+    danger = (sev >= 3) | (now_ms - danger_ms[ix] < cooloff_ms)
+    with np.errstate(invalid="ignore"):
+        sign = np.sign(ret).astype(np.int64)
+    return asset, price, first, price / lp, ret, value, tick_pnl, dt_s, shift, new, sev, danger, sign
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 30))
+def test_what_happened_is_the_array_expressions_bit_for_bit(seed, n):
+    """First ticks and later ones, moves up, down and flat, books with and without value, gaps
+    shorter than a millisecond, regimes old, new and unseen, probes of every severity, dangers past
+    and within the cooloff: the same figures and the same danger times left, bit for bit."""
+    rng = np.random.default_rng(seed)
+    m, regimes = n + int(rng.integers(0, 4)), 3
+    now = int(rng.integers(10**6, 10**10))
+    ix = rng.permutation(m)[:n].astype(np.int64)
+    close = rng.uniform(1, 200, 2)
+    tick = rng.integers(0, 500, m)
+    args = [ix, close, rng.integers(0, 2, m).astype(np.int16),
+            np.where(rng.random(m) < 0.2, np.nan, close[rng.integers(0, 2, m)] * rng.choice([1.0, 0.97, 1.04], m)),
+            rng.choice([0.0, 100.0, -3.0], m), rng.choice([0.0, 2.0, 0.5], m), rng.uniform(0, 300, m),
+            rng.choice([60.0, 300.0], m), now - rng.choice([0, 1, 300_000, 10**7], m), rng.integers(-1, regimes, m).astype(np.int16),
+            tick, tick[:, None] - rng.choice([0, 11, 12, 13, 10**9], (m, regimes)),
+            np.where(rng.random(m) < 0.3, np.iinfo(np.int64).min // 2,
+                     now - rng.choice([0, 3_599_999, 3_600_000, 10**7], m)),
+            rng.integers(0, 4, n).astype(np.int8), now, int(rng.integers(0, regimes)), 12, 3_600_000.0]
+    ref = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    got = appraisal.what_happened(*args)
+    want = _what_happened_by_arrays(*ref)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.tobytes() == w.tobytes()
+    assert args[12].tobytes() == ref[12].tobytes()
+
+
 def _sense_tail_by_arrays(ix, p, a, tick_pnl, sev, regime, sgn, window, loss_min, success_after, risk_arousal,
                           high_arousal, marker_regimes, min_strength, negative_valence, positive_valence, loss_bits,
                           failed_attempts, high_a_run, som_cnt, som_sum, som_target):
