@@ -548,7 +548,6 @@ class Grimoire:
         return np.stack([np.where(tagged, x / n, 0.0) for x in (p, a, d)], axis=-1)
 
 
-
 _RESET = {"id": -1, "last_react_ms": -1, "provenance": -1, "curator_weight": 1.0}
 
 

@@ -380,7 +380,7 @@ class Mind:
         """Recall and choose (SPEC §4, §5 DECIDING): the context query, mood-congruent retrieval,
         anti-rumination, reactivation, the memory signal, the strategy's target exposure and the
         tier; the retrieval row goes to `out`."""
-        cfg, pop, gr = self.cfg, self.pop, self.gr
+        cfg, gr = self.cfg, self.gr
         query = self._query(obs, s)
         topics = self.context_topics(ix, obs, s)
         res = self._recall(ix, obs, s, query)

@@ -75,7 +75,6 @@ replace a numpy sum and must give its bits.
 """
 from __future__ import annotations
 
-import math
 import types as pytypes
 
 import numba

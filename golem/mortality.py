@@ -64,7 +64,6 @@ def death_reflection(entries: dict[str, np.ndarray], emb: np.ndarray, topics: li
     `regime_valence` how each regime felt (`regime_valences`), `pad` its affect at the end.
     Returns the text of each category and, per category, the memories it is about (indices into
     `entries`): what the reflection entry is made of."""
-    n = len(topics)
     out, acts, conf = entries["outcome"], entries["acted_on_count"], entries["confidence"]
     acc, has_out = entries["access_count"], entries["has_outcome"]
     subjects: dict[int, list[int]] = {}

@@ -14,7 +14,6 @@ regenerated market, so a replay means the same thing on any machine and any late
 from __future__ import annotations
 
 import copy
-import json
 import math
 import shutil
 import tempfile
