@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from golem import pad as padm
-from golem.kernels import _fma, np_sum
+from golem.kernels import _fma, np_maximum, np_sum
 
 #: buckets of the outlook window (its return and high are kept per bucket: a day each at 30 days)
 OUTLOOK_BUCKETS = 30
@@ -172,7 +172,7 @@ def what_happened(ix, close, asset_col, last_price, cash, units, last_value, int
         asset[i], price[i], first[i], ratio[i], ret[i], value[i] = a, p, f, q, r, v
         tick_pnl[i] = 0.0 if f else v - last_value[g]
         dt = interval_s[g] if f else (now_ms - last_ms[g]) / 1000.0
-        dt_s[i] = dt if dt > 1e-3 or np.isnan(dt) else 1e-3
+        dt_s[i] = np_maximum(dt, 1e-3)
         lr = last_regime[g]
         shift[i] = (lr >= 0) & (lr != regime)
         new[i] = shift[i] & (tick[g] - regime_seen[g, regime] > lookback_ticks)
@@ -277,7 +277,7 @@ def _classify_rows(p, a, d, proto_unit, neutral_norm, out):
         if n < neutral_norm:
             out[i] = 0
             continue
-        m = n if n >= 1e-8 or np.isnan(n) else 1e-8
+        m = np_maximum(n, 1e-8)
         best, code = -np.inf, 0
         for e in range(proto_unit.shape[0]):
             c = _fma(d[i], proto_unit[e, 2], _fma(a[i], proto_unit[e, 1], p[i] * proto_unit[e, 0])) / m

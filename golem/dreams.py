@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from golem.grimoire import ARCHIVED, DAY_MS, Grimoire
-from golem.kernels import charge_at, np_sum
+from golem.kernels import charge_at, np_minimum, np_sum
 
 REM_FACTOR = (1.0 / 3.0) ** (1.0 / 3.0)
 
@@ -146,8 +146,7 @@ def _dream_rows(golems, cap, count, replay, ids, has_tag, a, confidence, importa
         while c < k and replay[r, c] >= 0:
             s = replay[r, c]
             ab[c] = abs(np.float64(a[s]))
-            x = confidence[s] + boost32
-            confidence[s] = x if x < one32 or np.isnan(x) else one32
+            confidence[s] = np_minimum(confidence[s] + boost32, one32)
             if has_tag[s]:
                 a[s] = np.float64(a[s]) * rem_scale
             aa[c] = abs(a[s])

@@ -956,7 +956,7 @@ def memory_signal(ix, slots, scores, has_outcome, confidence, outcome, drove, dr
             if s >= 0 and has_outcome[i, r]:
                 x = scores[i, r]
                 o = outcome[i, r]
-                w[r] = (x if x >= 0.0 or np.isnan(x) else 0.0) * np.float64(confidence[i, r])
+                w[r] = np_maximum(x, 0.0) * np.float64(confidence[i, r])
                 wo[r] = w[r] * np.float64(o)
                 drove[g, r] = s
                 drove_sign[g, r] = 1 if o > 0 else (-1 if o < 0 else 0)
@@ -1141,6 +1141,19 @@ def served_factors_batch(slots, qcodes, qscale, cur_pad, now_ms, tau, gamma, cod
         _factors_at(slots[i], i, codes, qcodes, qscale[i], norm2, now_ms, last_access_ms, recency, tau, importance,
                     has_tag, p, a, d, cp, ca, cd, cn, charge, gamma, charge_fading, dbuf, out[i])
     return out
+
+
+@njit(cache=True, inline="always")
+def np_minimum(x, y):
+    """numpy's `minimum` of two floats, for kernels that replace array expressions: a NaN in
+    either wins, and of two equal values (0.0 and -0.0) the second."""
+    return x if x < y or np.isnan(x) else y
+
+
+@njit(cache=True, inline="always")
+def np_maximum(x, y):
+    """numpy's `maximum` of two floats: a NaN in either wins, and of two equal values the second."""
+    return x if x > y or np.isnan(x) else y
 
 
 @njit(cache=True)

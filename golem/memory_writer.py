@@ -11,6 +11,7 @@ from numba import njit
 from golem import grimoire as gm
 from golem.appraisal import arousal_factor_batch
 from golem.context import topic_code
+from golem.kernels import np_maximum, np_minimum
 
 DAY_MS = 86_400_000
 KINDS = ("price-move", "event", "trade", "regret", "dominance-correction", "flashbulb", "death-reflection",
@@ -100,18 +101,6 @@ def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "intensity": inten}
 
 
-@njit(cache=True, inline="always")
-def _min(x, y):
-    """numpy's minimum of two float64s (a NaN wins)."""
-    return x if x < y or np.isnan(x) else y
-
-
-@njit(cache=True, inline="always")
-def _max(x, y):
-    """numpy's maximum of two float64s (a NaN wins)."""
-    return x if x > y or np.isnan(x) else y
-
-
 @njit(cache=True)
 def _salience_rows(p, a, d, has_tag, value, pnl, role, signals, first_sighting, flashbulb, force, decay_class,
                    role_scale, class_days, pnl_scale, negativity, signal_boost, first_floor, gate_min, tier_14d,
@@ -137,16 +126,16 @@ def _salience_rows(p, a, d, has_tag, value, pnl, role, signals, first_sighting, 
         inten[i] = x
         denom = pnl_scale * value[i]
         if denom > 0:
-            m = _min(1.0, abs(pnl[i]) / denom)
+            m = np_minimum(1.0, abs(pnl[i]) / denom)
         else:
             m = 1.0 if pnl[i] != 0 else 0.0
-        s = _min(1.0, x + m * (1 - x))
+        s = np_minimum(1.0, x + m * (1 - x))
         if has_tag[i] and p[i] < 0:
-            s = _min(1.0, s + negativity * abs(p[i]) * (1 - s))
-        s = _min(1.0, s * role_scale[role[i]])
-        s = _min(1.0, s + signal_boost * signals[i])
+            s = np_minimum(1.0, s + negativity * abs(p[i]) * (1 - s))
+        s = np_minimum(1.0, s * role_scale[role[i]])
+        s = np_minimum(1.0, s + signal_boost * signals[i])
         if first_sighting[i]:
-            s = _max(s, first_floor)
+            s = np_maximum(s, first_floor)
         sal[i] = s
         write[i] = (s >= gate_min) | flashbulb[i] | force[i]
         t = 0.0 if s < gate_min else (ttl_low if s < tier_14d else (ttl_mid if s < tier_30d else ttl_high))
@@ -157,7 +146,7 @@ def _salience_rows(p, a, d, has_tag, value, pnl, role, signals, first_sighting, 
         if flashbulb[i]:
             c = structural
         dc[i] = c
-        window_ms[i] = (np.inf if c == structural else _max(class_days[c], t) * (1 + s)) * day_ms
+        window_ms[i] = (np.inf if c == structural else np_maximum(class_days[c], t) * (1 + s)) * day_ms
     return sal, write, ttl, dc, window_ms, inten
 
 

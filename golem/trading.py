@@ -26,8 +26,9 @@ def trade(ix, target, value, price, log_price, tier, now_ms, z0, min_trade, fail
     after) and updates the book in place.
 
     The exposure is units x price / value (0 without value). A change smaller than min_trade is
-    skipped (hysteresis), but a full exit (target ~0 from above 0.1 %) never is, and a Golem with
-    no value trades nothing. An attempt fails with probability fail_p (a uniform of (seed, Golem,
+    skipped (hysteresis against churn), but a full exit (target ~0 from above 0.1 %) never is: a
+    Golem that de-risked early would otherwise keep a residual position through a crash. A Golem
+    with no value trades nothing. An attempt fails with probability fail_p (a uniform of (seed, Golem,
     tick, FAIL_STREAM) under the mixed seed z0) and costs gas either way; a fill moves units and
     cash by the change at this price and pays fee + slippage (slippage_bps x (0.5 + a uniform of
     SLIP_STREAM)) bps of its notional, and becomes the last filled trade (time, price, change, the
@@ -49,7 +50,7 @@ def trade(ix, target, value, price, log_price, tier, now_ms, z0, min_trade, fail
         u_fail = draw(z0, np.uint64(g), t, np.uint64(FAIL_STREAM))
         u_slip = draw(z0, np.uint64(g), t, np.uint64(SLIP_STREAM))
         fail = attempt & (u_fail < fail_p)
-        ok = attempt & ~fail
+        ok = attempt and not fail
         cost = abs(d) * v * (fee_bps + slippage_bps * (0.5 + u_slip)) / 1e4 if ok else 0.0
         units[g] = units[g] + (d * v / p if ok else 0.0)
         cash[g] = cash[g] - ((d * v if ok else 0.0) + cost)

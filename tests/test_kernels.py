@@ -834,7 +834,7 @@ def test_memory_signal_is_the_numpy_expressions(seed, golems, k):
     n = golems + int(rng.integers(0, 4))
     ix = rng.permutation(n)[:golems].astype(np.int64)
     slots = np.where(rng.uniform(size=(golems, k)) < 0.2, -1, rng.integers(0, 10_000, (golems, k)))
-    scores = rng.choice([-0.3, 0.0, 0.2, 0.7, np.nan, 1e-300], (golems, k)) * rng.uniform(0.5, 1.5, (golems, k))
+    scores = rng.choice([-0.3, 0.0, -0.0, 0.2, 0.7, np.nan, 1e-300], (golems, k)) * rng.uniform(0.5, 1.5, (golems, k))
     has_outcome = rng.uniform(size=(golems, k)) < 0.6
     confidence = rng.choice([0.0, 0.1, 0.5, 1.0, 0.3], (golems, k)).astype(np.float32)
     outcome = (rng.choice([-1.0, 0.0, -0.0, 1.0], (golems, k)) * rng.uniform(0, 2, (golems, k))).astype(np.float32)
@@ -1012,3 +1012,13 @@ def test_threaded_kernels_give_a_run_the_same_bytes_on_one_thread_or_many(tmp_pa
     assert called["serial"] == called["parallel"] >= {
         "retrieve_batch", "recall_served", "scan_terms", "scan_terms_stale", "_pick_slots", "tiers",
         "balance_and_reevaluate", "_slab_max", "_heat_and_flags"}
+
+
+@FAST
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, -1.0, 1e-300, np.inf, -np.inf, np.nan]), min_size=2, max_size=2),
+       st.floats(allow_nan=True, allow_infinity=True))
+def test_np_minimum_and_maximum_are_numpys(pair, x):
+    """Signed zeros, NaNs and infinities in either place: the same bits as np.minimum / np.maximum."""
+    for a, b in ((pair[0], pair[1]), (x, pair[0]), (pair[1], x)):
+        for mine, theirs in ((kernels.np_minimum, np.minimum), (kernels.np_maximum, np.maximum)):
+            assert np.float64(mine(a, b)).tobytes() == np.float64(theirs(a, b)).tobytes(), (a, b)
