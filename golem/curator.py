@@ -69,50 +69,43 @@ def heat(access_count: np.ndarray) -> np.ndarray:
     return np.where(top > 0, np.log1p(rows) / np.where(top > 0, top, 1.0), 0.0).reshape(access_count.shape)
 
 
-@threaded(cache=True)
-def tiers(golems, cap, live, salience, decay_class, flashbulb, curator_weight, importance, confidence, window_ms,
-          ttl_days, last_access_ms, status, now_ms, promote_score, demote_score, class_days, protect):
-    """Curator step 3 on the due Golems' slabs, in place: promotion/demotion of the decay class by
-    the weighted curator score, the window re-derived from the new class (SPEC §3.2:
-    max(class days, tier TTL) * (1 + salience), so a demotion shortens it), then archiving of
-    expired entries (age from last access >= twice the window); returns the (promoted, demoted,
-    archived) counts per Golem.
+@njit(cache=True)
+def _tiers_slab(r, base, cap, live, salience, decay_class, flashbulb, curator_weight, importance, confidence,
+                window_ms, ttl_days, last_access_ms, status, now_ms, promote_score, demote_score, class_days, protect,
+                cnt):
+    """Curator step 3 on one due Golem's slab (row r of `live`, slots from `base`), in place:
+    promotion/demotion of the decay class by the weighted curator score, the window re-derived from
+    the new class (SPEC §3.2: max(class days, tier TTL) * (1 + salience), so a demotion shortens
+    it), then archiving of expired entries (age from last access >= twice the window); the
+    promoted, demoted and archived counts into cnt[r, 5:8] (`curate_slabs`' counts).
 
     Unprotected live entries only (structural, flashbulb or salience >= `protect` are protected).
     score = weight * importance * confidence * (1 + salience) is computed and compared in the
-    columns' float32; the window in float64. Golems touch only their own slabs, so they can be
-    spread over numba's threads (`kernels.threaded`)."""
-    n = golems.size
-    n_up = np.zeros(n, dtype=np.int64)
-    n_down = np.zeros(n, dtype=np.int64)
-    n_arch = np.zeros(n, dtype=np.int64)
+    columns' float32; the window in float64."""
     keep = np.float32(protect)
     promote = np.float32(promote_score)     # a Python float against a float32 column: compared in float32
     demote = np.float32(demote_score)
-    for r in prange(n):
-        base = golems[r] * cap
-        for j in range(cap):
-            if not live[r, j]:
-                continue
-            s = base + j
-            sal = salience[s]
-            dc = decay_class[s]
-            if dc == gm.STRUCTURAL or flashbulb[s] or sal >= keep:
-                continue
-            score = curator_weight[s] * importance[s] * confidence[s] * (np.float32(1.0) + sal)
-            up = score >= promote and dc < gm.REGIME
-            down = score <= demote and dc > gm.EPHEMERAL and not up   # promotion first (promote <= demote)
-            if up or down:
-                dc = dc + np.int8(up) - np.int8(down)
-                decay_class[s] = dc
-                window_ms[s] = max(class_days[dc], np.float64(ttl_days[s])) * (1.0 + np.float64(sal)) * DAY_MS
-                n_up[r] += up
-                n_down[r] += down
-            w = np.float64(window_ms[s])          # as stored (float32)
-            if np.float64(now_ms - last_access_ms[s]) >= 2.0 * w and status[s] != gm.ARCHIVED:
-                status[s] = gm.ARCHIVED
-                n_arch[r] += 1
-    return n_up, n_down, n_arch
+    for j in range(cap):
+        if not live[r, j]:
+            continue
+        s = base + j
+        sal = salience[s]
+        dc = decay_class[s]
+        if dc == gm.STRUCTURAL or flashbulb[s] or sal >= keep:
+            continue
+        score = curator_weight[s] * importance[s] * confidence[s] * (np.float32(1.0) + sal)
+        up = score >= promote and dc < gm.REGIME
+        down = score <= demote and dc > gm.EPHEMERAL and not up   # promotion first (promote <= demote)
+        if up or down:
+            dc = dc + np.int8(up) - np.int8(down)
+            decay_class[s] = dc
+            window_ms[s] = max(class_days[dc], np.float64(ttl_days[s])) * (1.0 + np.float64(sal)) * DAY_MS
+            cnt[r, 5] += up
+            cnt[r, 6] += down
+        w = np.float64(window_ms[s])          # as stored (float32)
+        if np.float64(now_ms - last_access_ms[s]) >= 2.0 * w and status[s] != gm.ARCHIVED:
+            status[s] = gm.ARCHIVED
+            cnt[r, 7] += 1
 
 
 def consolidation_groups(scope: np.ndarray, topic: np.ndarray, created_ms: np.ndarray, consolidated: np.ndarray,
@@ -183,24 +176,22 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
         return None
     n = golems.size
     live = gr.live_rows(golems)
-    # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
-    # insights when calm (the counterfactual re-run without the mood's bias)
     calm = pop.mood[golems, 1] < cu.calm_arousal    # calm in mood, not just this minute (SPEC §2.1)
     # work: the entries each step reads (a slab's empty capacity is a skipped flag a slot)
     work = int(gr.count[golems].sum())
-    fig, cnt = balance_and_reevaluate.on(work)(
+    # 1. emotional balance over the entries since the last pass; 2. re-evaluation of arousal-biased
+    # insights when calm (the counterfactual re-run without the mood's bias); 3. promotion /
+    # demotion by weighted curator score, and archiving of expired entries: a slab at a time
+    g_cfg = cfg.grimoire
+    class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
+    fig, cnt = curate_slabs.on(work)(
         golems, gr.capacity, live, pop.curator_last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
         c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"], c["has_outcome"],
         c["confidence"], calm, bool(cu.balance), cu.valence_gain, cu.arousal_floor, cu.arousal_gain,
         cu.minority_threshold, cfg.arousal.high_band, gm.CATEGORIES.index("insight"), cfg.confidence.validation,
-        cfg.confidence.contradiction, cu.reevaluation_tolerance)
-    # 3. promotion / demotion by weighted curator score, and archiving of expired entries
-    g_cfg = cfg.grimoire
-    class_days = np.array([g_cfg.ephemeral_days, g_cfg.tactical_days, g_cfg.regime_conditional_days, np.inf])
-    n_up, n_down, n_archived = tiers.on(work)(
-        golems, gr.capacity, live, c["salience"], c["decay_class"], c["flashbulb"], c["curator_weight"],
-        c["importance"], c["confidence"], c["window_ms"], c["ttl_days"], c["last_access_ms"], c["status"], now_ms,
-        cu.promote_score, cu.demote_score, class_days, gr.protect)
+        cfg.confidence.contradiction, cu.reevaluation_tolerance, c["salience"], c["decay_class"], c["flashbulb"],
+        c["importance"], c["window_ms"], c["ttl_days"], c["last_access_ms"], c["status"], now_ms, cu.promote_score,
+        cu.demote_score, class_days, gr.protect)
     # 4. consolidation into lessons, each Golem's groups in (scope, topic) order
     grp_row, anchors, starts, members = lesson_groups(
         golems, gr.capacity, live, c["scope"], c["topic"], c["created_ms"], c["consolidated"], c["category"],
@@ -217,8 +208,8 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
     pop.curator_last_ms[golems] = now_ms
     cols = dict(n_entries=cnt[:, 0], n_tagged=cnt[:, 1], mean_valence=fig[:, 2], mean_arousal=fig[:, 3],
                 valence_correction=fig[:, 0], arousal_correction=fig[:, 1], reweighted=cnt[:, 2], reevaluated=cnt[:, 3],
-                reevaluation_contradicted=cnt[:, 4], promoted=n_up, demoted=n_down,
-                archived=n_archived, low_confidence=low_conf)
+                reevaluation_contradicted=cnt[:, 4], promoted=cnt[:, 5], demoted=cnt[:, 6],
+                archived=cnt[:, 7], low_confidence=low_conf)
     sizes = np.fromiter(map(len, lesson_ids), dtype=np.int64, count=n)
     return PassFigures(cols, np.fromiter((e for ids in lesson_ids for e in ids), dtype=np.int64, count=int(sizes.sum())),
                        np.concatenate([[0], np.cumsum(sizes)]), c["id"][props].astype(np.int64),
@@ -226,81 +217,101 @@ def pass_columns(mind, golems: np.ndarray, now_ms: int) -> PassFigures | None:
 
 
 @threaded(cache=True)
-def balance_and_reevaluate(golems, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias,
-                           category, outcome, raw_outcome, has_outcome, confidence, calm, balance, valence_gain,
-                           arousal_floor, arousal_gain, minority_threshold, high_arousal, insight, validation,
-                           contradiction, tolerance):
-    """Curator steps 1 and 2 on each due Golem's slab, in place; returns figures (rows x 4: valence
-    and arousal corrections, mean valence, mean arousal) and counts (rows x 5: recent entries,
-    tagged ones, reweighted, re-evaluated, contradicted).
+def curate_slabs(golems, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias, category,
+                 outcome, raw_outcome, has_outcome, confidence, calm, balance, valence_gain, arousal_floor,
+                 arousal_gain, minority_threshold, high_arousal, insight, validation, contradiction, tolerance,
+                 salience, decay_class, flashbulb, importance, window_ms, ttl_days, last_access_ms, status, now_ms,
+                 promote_score, demote_score, class_days, protect):
+    """Curator steps 1 to 3 on each due Golem's slab, in place, a slab at a time (`_balance_slab`,
+    then `_tiers_slab`: the tiers read the weights and confidences the balance has just written
+    while the slab is still in the caches; one pass over the arena instead of two). Returns
+    figures (rows x 4: valence and arousal corrections, mean valence, mean arousal) and counts
+    (rows x 8: recent entries, tagged ones, reweighted, re-evaluated, contradicted, promoted,
+    demoted, archived). Golems touch only their own slabs, so they are spread over numba's
+    threads (`kernels.threaded`) with the same result."""
+    n = golems.size
+    fig = np.zeros((n, 4))
+    cnt = np.zeros((n, 8), dtype=np.int64)
+    for r in prange(n):                 # rows are slabs of their own: over numba's threads
+        base = golems[r] * cap
+        _balance_slab(r, golems[r], base, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight,
+                      arousal_bias, category, outcome, raw_outcome, has_outcome, confidence, calm[r], balance,
+                      valence_gain, arousal_floor, arousal_gain, minority_threshold, high_arousal, insight, validation,
+                      contradiction, tolerance, fig, cnt)
+        _tiers_slab(r, base, cap, live, salience, decay_class, flashbulb, curator_weight, importance, confidence,
+                    window_ms, ttl_days, last_access_ms, status, now_ms, promote_score, demote_score, class_days,
+                    protect, cnt)
+    return fig, cnt
+
+
+@njit(cache=True)
+def _balance_slab(r, g, base, cap, live, last_ms, created_ms, has_tag, p, a, curator_weight, arousal_bias, category,
+                  outcome, raw_outcome, has_outcome, confidence, calm, balance, valence_gain, arousal_floor,
+                  arousal_gain, minority_threshold, high_arousal, insight, validation, contradiction, tolerance,
+                  fig, cnt):
+    """Curator steps 1 and 2 on one due Golem's slab (Golem g, row r of `live`, slots from `base`),
+    in place; its figures into fig[r] (valence and arousal corrections, mean valence, mean arousal)
+    and counts into cnt[r, 0:5] (recent entries, tagged ones, reweighted, re-evaluated,
+    contradicted).
 
     Step 1 over the entries created since the Golem's last pass, in slot order: the corrections
     from `emotional_balance` (its sequential sums), the means as numpy sums them (`np_sum`), and
-    with `balance` the `curator_weights` of those entries. Step 2 when the Golem is calm: each
+    with `balance` the `curator_weights` of those entries. Step 2 when the Golem is `calm`: each
     arousal-biased insight with a counterfactual is compared with its unbiased re-run
     (`reevaluation_agrees`: raw_outcome within `tolerance` of the biased outcome), confidence +
     validation where it agrees, - contradiction where not (clipped in float64, stored in float32),
-    and takes the unbiased outcome; an insight without one (nothing to re-run) only loses the flag.
-    Counts: recent entries, tagged ones, reweighted, re-evaluated (counterfactuals re-run),
-    contradicted."""
-    n = golems.size
-    fig = np.zeros((n, 4))
-    cnt = np.zeros((n, 5), dtype=np.int64)
-    for r in prange(n):                 # rows are slabs of their own: over numba's threads
-        pt = np.empty(cap)
-        at = np.empty(cap)
-        g = golems[r]
-        base = g * cap
-        k = 0
-        nt = 0
+    and takes the unbiased outcome; an insight without one (nothing to re-run) only loses the flag."""
+    pt = np.empty(cap)
+    at = np.empty(cap)
+    k = 0
+    nt = 0
+    for j in range(cap):
+        if live[r, j] and created_ms[base + j] > last_ms[g]:
+            k += 1
+            if has_tag[base + j]:
+                pt[nt] = np.float64(p[base + j])
+                at[nt] = np.float64(a[base + j])
+                nt += 1
+    sp = 0.0
+    sa = 0.0
+    for i in range(nt):
+        sp += pt[i]
+        sa += at[i]
+    div = max(k, 1)
+    vc = -(sp / div) * valence_gain
+    x = sa / div - arousal_floor
+    ac = (0.0 if 0.0 > x else x) * -arousal_gain       # Python's max(x, 0.0)
+    mean_v = np_sum(pt, 0, nt, 0.0) / div
+    fig[r, 0], fig[r, 1], fig[r, 2], fig[r, 3] = vc, ac, mean_v, np_sum(at, 0, nt, 0.0) / div
+    cnt[r, 0], cnt[r, 1] = k, nt
+    if balance:
+        lopsided = abs(mean_v) > minority_threshold
         for j in range(cap):
-            if live[r, j] and created_ms[base + j] > last_ms[g]:
-                k += 1
-                if has_tag[base + j]:
-                    pt[nt] = np.float64(p[base + j])
-                    at[nt] = np.float64(a[base + j])
-                    nt += 1
-        sp = 0.0
-        sa = 0.0
-        for i in range(nt):
-            sp += pt[i]
-            sa += at[i]
-        div = max(k, 1)
-        vc = -(sp / div) * valence_gain
-        x = sa / div - arousal_floor
-        ac = (0.0 if 0.0 > x else x) * -arousal_gain       # Python's max(x, 0.0)
-        mean_v = np_sum(pt, 0, nt, 0.0) / div
-        fig[r, 0], fig[r, 1], fig[r, 2], fig[r, 3] = vc, ac, mean_v, np_sum(at, 0, nt, 0.0) / div
-        cnt[r, 0], cnt[r, 1] = k, nt
-        if balance:
-            lopsided = abs(mean_v) > minority_threshold
-            for j in range(cap):
-                s = base + j
-                if not (live[r, j] and created_ms[s] > last_ms[g]):
+            s = base + j
+            if not (live[r, j] and created_ms[s] > last_ms[g]):
+                continue
+            w = 1.0
+            if has_tag[s]:
+                pv = np.float64(p[s])
+                if lopsided and pv != 0 and (pv > 0) != (mean_v > 0):
+                    w = 1.0 + abs(vc)
+                if np.float64(a[s]) > high_arousal:
+                    w = w * (1.0 + ac)
+            curator_weight[s] = w
+            cnt[r, 2] += w != 1.0
+    if calm:
+        for j in range(cap):
+            s = base + j
+            if live[r, j] and arousal_bias[s] and category[s] == insight:
+                arousal_bias[s] = False
+                if not has_outcome[s]:
                     continue
-                w = 1.0
-                if has_tag[s]:
-                    pv = np.float64(p[s])
-                    if lopsided and pv != 0 and (pv > 0) != (mean_v > 0):
-                        w = 1.0 + abs(vc)
-                    if np.float64(a[s]) > high_arousal:
-                        w = w * (1.0 + ac)
-                curator_weight[s] = w
-                cnt[r, 2] += w != 1.0
-        if calm[r]:
-            for j in range(cap):
-                s = base + j
-                if live[r, j] and arousal_bias[s] and category[s] == insight:
-                    arousal_bias[s] = False
-                    if not has_outcome[s]:
-                        continue
-                    agree = reevaluation_agrees(np.float64(outcome[s]), np.float64(raw_outcome[s]), tolerance)
-                    conf = np.float64(confidence[s])
-                    confidence[s] = np.minimum(1.0, np.maximum(0.0, conf + validation if agree else conf - contradiction))
-                    cnt[r, 3] += 1
-                    cnt[r, 4] += not agree
-                    outcome[s] = raw_outcome[s]
-    return fig, cnt
+                agree = reevaluation_agrees(np.float64(outcome[s]), np.float64(raw_outcome[s]), tolerance)
+                conf = np.float64(confidence[s])
+                confidence[s] = np.minimum(1.0, np.maximum(0.0, conf + validation if agree else conf - contradiction))
+                cnt[r, 3] += 1
+                cnt[r, 4] += not agree
+                outcome[s] = raw_outcome[s]
 
 
 @njit(cache=True)

@@ -13,7 +13,7 @@ from conftest import events, payloads, table
 from golem import dreams, kernels, reflex
 from golem import grimoire as gm
 from golem.config import build_config, default_table
-from golem.curator import consolidation_groups, curate, heat
+from golem.curator import consolidation_groups, curate, curate_slabs, heat
 from golem.kernels import charge_at
 from golem.pad import emotional_intensity_at
 
@@ -423,11 +423,41 @@ def _tiers_reference(golems, cap, live, c, now_ms, promote, demote, class_days):
     return tuple(counts)
 
 
+
+def _pass_tiers(golems, cap, live, c, now_ms, promote, demote, class_days, protect=0.7):
+    """`curate_slabs` with steps 1 and 2 idle (no entry since the last pass, not calm, no
+    balance): its step 3 alone, as (promoted, demoted, archived) per Golem."""
+    n = c["salience"].size
+    f32 = np.zeros(n, np.float32)
+    last = np.full(max(golems.max(initial=0) + 1, 1), np.iinfo(np.int64).max)
+    _, cnt = curate_slabs(golems, cap, live, last, np.zeros(n, np.int64), np.zeros(n, bool), f32, f32,
+                          c["curator_weight"], np.zeros(n, bool), np.zeros(n, np.int8), f32.copy(), f32, np.zeros(n, bool),
+                          c["confidence"], np.zeros(golems.size, bool), False, 0.4, 0.3, 0.3, 0.2, 0.5,
+                          gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1, c["salience"], c["decay_class"], c["flashbulb"],
+                          c["importance"], c["window_ms"], c["ttl_days"], c["last_access_ms"], c["status"], now_ms,
+                          promote, demote, class_days, protect)
+    return cnt[:, 5], cnt[:, 6], cnt[:, 7]
+
+
+def _pass_balance(golems, cap, live, last_ms, c, calm, balance, minority):
+    """`curate_slabs` with step 3 idle (every entry structural, so protected): steps 1 and 2
+    alone, as (figures, the five counts), with the constants of `_balance_reference`'s callers."""
+    n = c["p"].size
+    structural = np.full(n, gm.STRUCTURAL, np.int8)
+    fig, cnt = curate_slabs(golems, cap, live, last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
+                            c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"],
+                            c["has_outcome"], c["confidence"], calm, balance, 0.4, 0.3, 0.3, minority, 0.5,
+                            gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1, c["salience"], structural,
+                            np.zeros(n, bool), np.ones(n, np.float32), np.ones(n), np.zeros(n, np.float32),
+                            np.zeros(n, np.int64), np.zeros(n, np.int8), 0, 0.6, 0.2, np.array([3.0, 7.0, 14.0, np.inf]),
+                            0.7)
+    assert not cnt[:, 5:].any() and (structural == gm.STRUCTURAL).all()
+    return fig, cnt[:, :5]
+
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 4), st.integers(1, 40), st.sampled_from([0.3, 0.6, 0.7]),
        st.sampled_from([0.05, 0.1, 0.3]))
 def test_tier_kernel_matches_the_spec_entry_by_entry(seed, n_golems, cap, promote, demote):
-    from golem.curator import tiers
     rng = np.random.default_rng(seed)
     n = n_golems * cap
     c = dict(salience=rng.choice([0.0, 0.3, 0.69999999, 0.7, 0.9], n).astype(np.float32),
@@ -448,9 +478,7 @@ def test_tier_kernel_matches_the_spec_entry_by_entry(seed, n_golems, cap, promot
     golems = rng.permutation(n_golems)[:int(rng.integers(1, n_golems + 1))]
     live = rng.random((golems.size, cap)) < 0.8
     class_days = np.array([3.0, 7.0, 14.0, np.inf])
-    got = tiers(golems, cap, live, c["salience"], c["decay_class"], c["flashbulb"], c["curator_weight"],
-                c["importance"], c["confidence"], c["window_ms"], c["ttl_days"], c["last_access_ms"], c["status"],
-                40 * DAY, promote, demote, class_days, 0.7)
+    got = _pass_tiers(golems, cap, live, c, 40 * DAY, promote, demote, class_days)
     ref = _tiers_reference(golems, cap, live, want, 40 * DAY, promote, demote, class_days)
     for a, b in zip(got, ref):
         assert a.tolist() == b.tolist()
@@ -631,7 +659,6 @@ def test_tiers_reference_windows_hold_the_tier_ttl_by_hand():
     tactical, TTL 30, s 0.5: 30 x 1.5 = 45 days (the class alone would give 7 x 1.5 = 10.5); score
     1.0 x 0.9 x 1.4 = 1.26 >= 0.6: ephemeral -> tactical, TTL 14, s 0.4: 14 x 1.4 = 19.6 days (not 9.8).
     Neither is archived at 19 days."""
-    from golem.curator import tiers
     class_days = np.array([1.0, 7.0, 14.0, np.inf])
 
     def slab():
@@ -644,9 +671,7 @@ def test_tiers_reference_windows_hold_the_tier_ttl_by_hand():
     ref = slab()
     counts = _tiers_reference(np.array([0]), 2, live, ref, 19 * DAY, 0.6, 0.2, class_days)
     k = slab()
-    got = tiers(np.array([0]), 2, live, k["salience"], k["decay_class"], k["flashbulb"], k["curator_weight"],
-                k["importance"], k["confidence"], k["window_ms"], k["ttl_days"], k["last_access_ms"], k["status"],
-                19 * DAY, 0.6, 0.2, class_days, 0.7)
+    got = _pass_tiers(np.array([0]), 2, live, k, 19 * DAY, 0.6, 0.2, class_days)
     for c, (up, down, arch) in ((ref, counts), (k, got)):
         assert (up.tolist(), down.tolist(), arch.tolist()) == ([1], [1], [0])
         assert c["decay_class"].tolist() == [gm.TACTICAL, gm.TACTICAL] and c["status"].tolist() == [0, 0]
@@ -656,7 +681,6 @@ def test_tiers_reference_windows_hold_the_tier_ttl_by_hand():
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 160), st.booleans(), st.sampled_from([0.0, 0.2, 0.5]))
 def test_balance_kernel_matches_the_spec_reference(seed, n_golems, cap, balance, minority):
-    from golem.curator import balance_and_reevaluate
     from golem.grimoire import _live_rows
     rng = np.random.default_rng(seed)
     c, count, golems = _slabs(rng, n_golems, cap)
@@ -666,13 +690,46 @@ def test_balance_kernel_matches_the_spec_reference(seed, n_golems, cap, balance,
     calm = rng.random(golems.size) < 0.6
     cu = dict(balance=balance, valence_gain=0.4, arousal_floor=0.3, arousal_gain=0.3, minority_threshold=minority)
     want = {k: v.copy() for k, v in c.items()}
-    fig, cnt = balance_and_reevaluate(golems, cap, live, last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
-                                      c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"],
-                                      c["raw_outcome"], c["has_outcome"], c["confidence"], calm, balance, 0.4, 0.3, 0.3,
-                                      minority, 0.5, gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1)
+    fig, cnt = _pass_balance(golems, cap, live, last_ms, c, calm, balance, minority)
     ref_fig, ref_cnt = _balance_reference(golems, cap, live, last_ms, want, calm, cu, 0.5, 0.1, 0.2)
     assert np.array_equal(fig, ref_fig) and np.array_equal(np.signbit(fig), np.signbit(ref_fig))
     assert cnt.tolist() == ref_cnt.tolist()
+    for k in c:
+        assert np.array_equal(c[k], want[k]), k
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 5), st.integers(1, 120), st.sampled_from([0.3, 0.6]))
+def test_one_pass_is_the_balance_then_the_tiers(seed, n_golems, cap, promote):
+    """Steps 1 to 3 a slab at a time give what the balance's reference over all slabs and then the
+    tiers' reference give: the tiers score with the weights and confidences the balance wrote
+    (weights of 0.5 to 1.5 and confidences moved by 0.1 / 0.2 cross the thresholds here)."""
+    from golem.grimoire import _live_rows
+    rng = np.random.default_rng(seed)
+    c, count, golems = _slabs(rng, n_golems, cap)
+    n = n_golems * cap
+    c.update(decay_class=rng.integers(0, 4, n).astype(np.int8), flashbulb=rng.random(n) < 0.1,
+             importance=rng.choice([0.4, 0.8, 1.0], n).astype(np.float32),
+             window_ms=rng.choice([3.0, 7.0, 14.0], n) * DAY * (1 + rng.random(n)),
+             ttl_days=rng.choice([0.0, 7.0, 30.0], n).astype(np.float32),
+             last_access_ms=rng.integers(0, 60, n) * DAY, status=rng.integers(0, 4, n).astype(np.int8))
+    live = _live_rows(golems, cap, count, c["id"])
+    last_ms = rng.integers(-1, 40, n_golems) * DAY
+    calm = rng.random(golems.size) < 0.6
+    class_days = np.array([3.0, 7.0, 14.0, np.inf])
+    want = {k: v.copy() for k, v in c.items()}
+    fig, cnt = curate_slabs(golems, cap, live, last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
+                            c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"], c["raw_outcome"],
+                            c["has_outcome"], c["confidence"], calm, True, 0.4, 0.3, 0.3, 0.2, 0.5,
+                            gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1, c["salience"], c["decay_class"],
+                            c["flashbulb"], c["importance"], c["window_ms"], c["ttl_days"], c["last_access_ms"],
+                            c["status"], 40 * DAY, promote, 0.1, class_days, 0.7)
+    ref_fig, ref_cnt = _balance_reference(golems, cap, live, last_ms, want,
+                                          calm, dict(balance=True, valence_gain=0.4, arousal_floor=0.3,
+                                                     arousal_gain=0.3, minority_threshold=0.2), 0.5, 0.1, 0.2)
+    ref_tiers = _tiers_reference(golems, cap, live, want, 40 * DAY, promote, 0.1, class_days)
+    assert np.array_equal(fig, ref_fig) and cnt[:, :5].tolist() == ref_cnt.tolist()
+    assert cnt[:, 5:].T.tolist() == [t.tolist() for t in ref_tiers]
     for k in c:
         assert np.array_equal(c[k], want[k]), k
 
@@ -825,7 +882,7 @@ def test_curator_kernels_give_the_same_bits_on_one_thread_and_all(seed, n_golems
     """Balance, heat and flags run a Golem per thread; the figures and columns they leave are the
     same bytes with numba on one thread as on all of them."""
     import numba
-    from golem.curator import balance_and_reevaluate, heat_and_flags
+    from golem.curator import heat_and_flags
     from golem.grimoire import _live_rows
     results = []
     for threads in (1, numba.config.NUMBA_NUM_THREADS):
@@ -838,10 +895,7 @@ def test_curator_kernels_give_the_same_bits_on_one_thread_and_all(seed, n_golems
         before = numba.get_num_threads()
         numba.set_num_threads(threads)
         try:
-            fig, cnt = balance_and_reevaluate(golems, cap, live, last_ms, c["created_ms"], c["has_tag"], c["p"], c["a"],
-                                              c["curator_weight"], c["arousal_bias"], c["category"], c["outcome"],
-                                              c["raw_outcome"], c["has_outcome"], c["confidence"], calm, True, 0.4, 0.3,
-                                              0.3, 0.2, 0.5, gm.CATEGORIES.index("insight"), 0.1, 0.2, 0.1)
+            fig, cnt = _pass_balance(golems, cap, live, last_ms, c, calm, True, 0.2)
             # work past the threshold: the compile over numba's threads, at each thread count
             n_low = heat_and_flags(golems, cap, live, c["access_count"], c["confidence"], heat_col, low_conf, 0.3, 3,
                                    kernels.PARALLEL_MIN_WORK)
