@@ -58,10 +58,27 @@ class Candidates:
                 chunk = arr.copy() if arr.ndim == 0 else np.broadcast_to(arr, (n,)).copy()
             self.cols.setdefault(k, []).append(chunk)
 
-    def build(self) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
+    def build(self, take: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
+        """(embeddings, columns, topics) of every row in add order, or of the rows `take` (indices
+        into them; what indexing the full columns with `take` gives, without building them)."""
         if not self.emb:
             return None
-        return np.concatenate(self.emb), {k: self._column(v) for k, v in self.cols.items()}, np.concatenate(self.topics)
+        if take is None:
+            return np.concatenate(self.emb), {k: self._column(v) for k, v in self.cols.items()}, np.concatenate(self.topics)
+        take = np.asarray(take, dtype=np.int64)
+        adds = np.searchsorted(np.cumsum(self.sizes), take, side="right")     # the add each row came from
+        emb = np.empty((take.size,) + self.emb[0].shape[1:])
+        lo = 0
+        for a, (e, m) in enumerate(zip(self.emb, self.sizes)):
+            rows = np.flatnonzero(adds == a)
+            if rows.size:
+                emb[rows] = e[take[rows] - lo]
+            lo += m
+        return emb, {k: self._rows(v, take, adds) for k, v in self.cols.items()}, np.concatenate(self.topics)[take]
+
+    def column(self, name: str) -> np.ndarray:
+        """One column over every row, in add order."""
+        return self._column(self.cols[name])
 
     def _column(self, chunks: list[np.ndarray]) -> np.ndarray:
         """A column's chunks as one array, as np.concatenate of them at full length would give it
@@ -74,6 +91,18 @@ class Candidates:
             out[lo:lo + m] = c
             lo += m
         return out
+
+    def _rows(self, chunks: list[np.ndarray], take: np.ndarray, adds: np.ndarray) -> np.ndarray:
+        """`_column(chunks)[take]`; where every add gave the column one shared value, each taken
+        row's add's value (stacked in the column's dtype) without the full column."""
+        if any(c.ndim for c in chunks):
+            return self._column(chunks)[take]
+        return np.stack(chunks)[adds]
+
+
+#: the candidate columns `score_and_gate` reads
+GATE_COLUMNS = ("p", "a", "d", "has_tag", "value", "pnl", "role", "signals", "first_sighting", "flashbulb", "force",
+                "decay_class")
 
 
 def score_and_gate(cfg, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -161,29 +190,24 @@ def write(cfg, gr: gm.Grimoire, cand: Candidates, now_ms: int) -> dict[str, np.n
     """Score, gate and insert a batch; returns the rows of the written entries (for `entries`).
     Empty observations are not written; they are listed in `cand.aborted` for the caller to
     report (the mind does no I/O: it emits `write_aborted` events, the world logs them)."""
-    built = cand.build()
-    if built is None:
+    if not cand.emb:
         return None
-    emb, c, topics = built
-    empty = empty_observations(emb, topics)
+    # which rows are empty observations (all of them are reported) and which pass the gate, from
+    # their own columns; only the rows written are then gathered, in write order (Golem id, then
+    # candidate order). Scored row by row with IEEE operations only: the same bits in any batch.
+    empty = np.concatenate([empty_observations(e, t) for e, t in zip(cand.emb, cand.topics)])
     if empty.any():
-        for i in np.flatnonzero(empty).tolist():
+        rows = np.flatnonzero(empty)
+        _, c, topics = cand.build(rows)
+        for i in range(rows.size):
             reason = "no topic" if topics[i] == "" else "empty embedding"
             cand.aborted.append((int(c["golem"][i]), int(c["kind"][i]), str(topics[i]), reason))
-        keep = ~empty
-        emb, topics = emb[keep], topics[keep]
-        c = {k: v[keep] for k, v in c.items()}
-        if not keep.any():
-            return None
-    # scored as added (row by row, with IEEE operations only: the same bits in any order), then
-    # the written rows taken once, in write order (Golem id, then candidate order)
-    sc = score_and_gate(cfg, c)
-    take = np.lexsort((c["seq"], c["golem"]))
-    take = take[sc["write"][take]]
+    sc = score_and_gate(cfg, {k: cand.column(k) for k in GATE_COLUMNS})
+    take = np.lexsort((cand.column("seq"), cand.column("golem")))
+    take = take[(sc["write"] & ~empty)[take]]
     if take.size == 0:
         return None
-    emb, topics = emb[take], topics[take]
-    c = {k: v[take] for k, v in c.items()}
+    emb, c, topics = cand.build(take)
     sc = {k: v[take] for k, v in sc.items()}
     conf = np.clip(c["source_conf"] * arousal_factor_batch(c["a"], cfg.arousal.encoding_peak, cfg.arousal.encoding_width),
                    0.0, 1.0)

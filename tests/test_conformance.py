@@ -455,6 +455,33 @@ def test_candidate_columns_keep_each_values_type_and_sign():
     assert out.flags.writeable
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.sampled_from(["shared", "rows"]),
+                          st.sampled_from([0, -0.0, 2.5, True, np.float32(1.5), np.int8(3), "x"])),
+                min_size=1, max_size=6),
+       st.integers(0, 2**31))
+def test_built_rows_are_the_full_columns_taken(adds, seed):
+    """`build(take)` gives what the full build indexed by `take` gives: the same values, dtypes and
+    signs, for columns whose adds share one value (0-d) or give rows, and the embeddings and topics
+    of each taken row's own add."""
+    rng = np.random.default_rng(seed)
+    cand = Candidates()
+    for i, (n, how, v) in enumerate(adds):
+        col = np.full(n, v, dtype=np.asarray(v).dtype) if how == "rows" else v
+        cand.add(rng.standard_normal((n, 4)), [f"T/{i}"] * n, v=col, w=rng.integers(-3, 3, n), k=i)
+    full_emb, full, full_topics = cand.build()
+    take = rng.permutation(full_emb.shape[0])[:int(rng.integers(0, full_emb.shape[0] + 1))]
+    emb, cols, topics = cand.build(take)
+    assert emb.tobytes() == full_emb[take].tobytes() and topics.tolist() == full_topics[take].tolist()
+    for k, v in full.items():
+        assert cols[k].dtype == v.dtype, k
+        want = v[take]
+        if v.dtype == object:
+            assert [(type(x), repr(x)) for x in cols[k].tolist()] == [(type(x), repr(x)) for x in want.tolist()], k
+        else:
+            assert cols[k].tobytes() == want.tobytes(), k
+
+
 def test_the_world_logs_an_aborted_write_as_an_error(tmp_path):
     from structlog.testing import capture_logs
     w = _world(tmp_path)
