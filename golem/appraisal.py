@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from golem import pad as padm
-from golem.kernels import _fma, np_maximum, np_sum
+from golem.kernels import _fma, np_maximum, np_sum, threaded
 
 #: buckets of the outlook window (its return and high are kept per bucket: a day each at 30 days)
 OUTLOOK_BUCKETS = 30
@@ -96,23 +96,25 @@ def price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_window_ms, min_r
       -inf when none, for the stop.
 
     The sums are numpy's of the masked rows (`kernels.np_sum`), so the figures are those of the array
-    expressions bit for bit."""
+    expressions bit for bit. Rows touch only their own rings (2 KB each, out of cache after the
+    scan), so a cohort's are spread over numba's threads (`kernels.threaded`)."""
     ix = np.asarray(ix, dtype=np.int64)
-    return _price_history(ix, tick[ix], np.asarray(price, dtype=np.float64), np.asarray(lr, dtype=np.float64),
-                          np.asarray(dt_s, dtype=np.float64), np.asarray(first, dtype=np.bool_), int(now_ms),
-                          float(now_ms - vol_window_ms), int(min_returns), np.asarray(ref, dtype=np.float64),
-                          float(now_ms - stop_window_ms), price_hist, r2_hist, dt_hist, t_hist, trade_ms)
+    run = _price_history.on(ix.size * price_hist.shape[1])     # work: the ring slots read
+    return run(ix, tick[ix], np.asarray(price, dtype=np.float64), np.asarray(lr, dtype=np.float64),
+               np.asarray(dt_s, dtype=np.float64), np.asarray(first, dtype=np.bool_), int(now_ms),
+               float(now_ms - vol_window_ms), int(min_returns), np.asarray(ref, dtype=np.float64),
+               float(now_ms - stop_window_ms), price_hist, r2_hist, dt_hist, t_hist, trade_ms)
 
 
-@njit(cache=True, error_model="numpy")
+@threaded(cache=True, error_model="numpy")
 def _price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_cut_ms, min_returns, ref, stop_cut_ms, price_hist,
                    r2_hist, dt_hist, t_hist, trade_ms):
     hist = price_hist.shape[1]
     vol = np.empty(ix.size)
     peak = np.empty(ix.size)
-    dts = np.empty(hist)
-    r2s = np.empty(hist)
-    for r in range(ix.size):
+    for r in prange(ix.size):
+        dts = np.empty(hist)
+        r2s = np.empty(hist)
         g, t = ix[r], tick[r]
         slot = t % hist
         price_hist[g, slot] = price[r]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import polars as pl
@@ -167,10 +168,12 @@ def _history_by_arrays(ix, tick, price, lr, dt_s, first, now_ms, vol_window_ms, 
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(0, 2**31), st.integers(1, 40), st.sampled_from([8, 64]), st.integers(1, 12))
-def test_the_price_history_kernel_is_the_array_expressions_bit_for_bit(seed, n, hist, min_returns):
+@given(st.integers(0, 2**31), st.integers(1, 40), st.sampled_from([8, 64]), st.integers(1, 12),
+       st.sampled_from(["serial", "parallel"]))
+def test_the_price_history_kernel_is_the_array_expressions_bit_for_bit(seed, n, hist, min_returns, compiled):
     """Rings at every stage (empty, partly and wholly filled, wrapped), returns of mixed size, first
-    ticks, trades before and after the window: the same figures and rings, bit for bit."""
+    ticks, trades before and after the window: the same figures and rings, bit for bit, on the
+    calling thread and over numba's threads."""
     rng = np.random.default_rng(seed)
     m = n + 3
     ring = dict(price_hist=np.where(rng.random((m, hist)) < 0.2, np.nan, rng.uniform(50, 150, (m, hist))),
@@ -181,11 +184,16 @@ def test_the_price_history_kernel_is_the_array_expressions_bit_for_bit(seed, n, 
     tick, trade_ms = rng.integers(0, 3 * hist, m), rng.integers(-10**7, 10**7, m)
     ix = rng.permutation(m)[:n]
     now = int(rng.integers(0, 10**7))
+
+    def window():     # half the time a cut exactly at a time in the rings: the window's boundary
+        seen = ring["t_hist"][ring["t_hist"] > -10**8]
+        return float(now - rng.choice(seen)) if seen.size and rng.random() < 0.5 else float(rng.uniform(0, 2e7))
     args = (ix, tick, rng.uniform(50, 150, n), rng.standard_normal(n) * 0.01, rng.uniform(1e-3, 1e4, n),
-            rng.random(n) < 0.2, now, float(rng.uniform(0, 2e7)), min_returns, rng.uniform(1e-5, 1e-2, n),
-            float(rng.uniform(0, 2e7)))
+            rng.random(n) < 0.2, now, window(), min_returns, rng.uniform(1e-5, 1e-2, n), window())
     mine = {k: v.copy() for k, v in ring.items()}
-    vol, peak = appraisal.price_history(*args, **mine, trade_ms=trade_ms)
+    kernel = appraisal._price_history
+    with mock.patch.object(kernel, "on", lambda work: getattr(kernel, compiled)):
+        vol, peak = appraisal.price_history(*args, **mine, trade_ms=trade_ms)
     want_vol, want_peak = _history_by_arrays(*args, **ring, trade_ms=trade_ms)
     assert vol.tobytes() == want_vol.tobytes() and peak.tobytes() == want_peak.tobytes()
     for k in ring:
