@@ -59,6 +59,7 @@ def _outlook_rows(ix, value, b, value0, out_open, out_high, out_bucket):
     start = np.empty(ix.size)
     high = np.empty(ix.size)
     cur = b % nb
+    oldest = (b + 1) % nb
     for r in range(ix.size):
         g = ix[r]
         v = value[r]
@@ -71,14 +72,15 @@ def _outlook_rows(ix, value, b, value0, out_open, out_high, out_bucket):
         gap = min(b - last, nb)
         top = -np.inf
         for s in range(nb):
-            if (b - s) % nb < gap:            # entered now: buckets b - gap + 1 .. b
+            back = cur - s if s <= cur else cur - s + nb     # (b - s) mod nb, without a division
+            if back < gap:            # entered now: buckets b - gap + 1 .. b
                 out_open[g, s] = v
                 out_high[g, s] = v
             if s == cur and v > out_high[g, s]:
                 out_high[g, s] = v
             top = max(top, out_high[g, s])
         out_bucket[g] = b
-        start[r] = out_open[g, (b + 1) % nb]
+        start[r] = out_open[g, oldest]
         high[r] = top
     return start, high
 
@@ -124,7 +126,8 @@ def _price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_cut_ms, min_ret
         top = -np.inf
         for j in range(hist):
             seen_t = t_hist[g, j]
-            recent = seen_t > vol_cut_ms or (t - j) % hist < min_returns   # j is one of the last returns
+            back = slot - j if j <= slot else slot - j + hist      # (t - j) mod hist, without a division
+            recent = seen_t > vol_cut_ms or back < min_returns   # j is one of the last returns
             dts[j] = dt_hist[g, j] if recent else 0.0
             r2s[j] = r2_hist[g, j] if recent else 0.0
             ph = price_hist[g, j]
