@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pytest
 

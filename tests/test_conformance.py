@@ -16,7 +16,7 @@ import minds
 from golem import curator as curatorm
 from golem import grimoire as gm
 from golem import heartbeat as hb
-from golem import mortality, reflex
+from golem import reflex
 from golem import retrieval as rt
 from golem.context import topic_code
 from golem.heartbeat import CAT, K_DOMINANCE, K_EVENT, K_PRICE, K_REGRET, K_TRADE, TickOutput
