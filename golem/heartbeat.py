@@ -157,6 +157,9 @@ class Sensed:
     """inference tier from probe and marker (0 T0, 1 T1, 2 T2), before novelty"""
     first: np.ndarray
     """the Golem's first awake tick: no return or episode behind it yet"""
+    triggers: np.ndarray
+    """(n, 4) which flashbulb triggers hold now (flashbulb.TRIGGERS): the context's topics and the
+    flashbulb check read them"""
     reflex: dict
     """cohort row -> slots of the reflexes that fired in this tick's reflex lane"""
 
@@ -291,13 +294,15 @@ class Mind:
             sm.min_strength, sm.negative_valence, sm.positive_valence, pop.loss_bits, pop.failed_attempts,
             pop.high_a_run, pop.som_cnt, pop.som_sum, pop.som_target)
         fired = reflex.lane(self, ix, obs, self._out)
+        # the emotion's arousal and the run of high arousal as this tick left them (SPEC §2.1, §6)
+        trig = flashbulb.triggers(cfg, a, pop.high_a_run[ix], tick_pnl, value, new_regime, sev)
         return Sensed(asset=asset, price=price, ret=ret, value=value, tick_pnl=tick_pnl, vol_ratio=vol_ratio,
                       regime=regime, regime_shift=regime_shift, new_regime=new_regime, sev=sev, danger=danger, pad=pad,
                       mood=mood, truth=truth, label=label,
                       emotion=appraisal.classify_batch(p, a, d, self.protos, cfg.emotion.neutral_norm),
                       intensity=appraisal.intensity_batch(p, a, d), recent_losses=recent_losses, pattern=pattern,
                       neg_marker=neg_marker, pos_marker=pos_marker, marker_valence=valence, marker_strength=strength,
-                      tier=tier, first=first, reflex=fired)
+                      tier=tier, first=first, triggers=trig, reflex=fired)
 
     def _price_history(self, ix: np.ndarray, obs: Observation, asset: np.ndarray, price: np.ndarray,
                        lr: np.ndarray, dt_s: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -566,13 +571,11 @@ class Mind:
         own life is declining or terminal."""
         cfg, pop = self.cfg, self.pop
         asset = s.asset
-        emotion = s.pad      # flashbulb triggers read the emotion (SPEC §2.1)
         load_pad = s.mood    # the reflection's emotional load (SPEC §5)
 
         def codes(kind):
             return np.array([topic_code(f"{a}/{kind}") for a in self.assets], dtype=np.int64)[asset]
-        trig = flashbulb.any_trigger(flashbulb.triggers(cfg, emotion[:, 1], pop.high_a_run[ix], s.tick_pnl, s.value,
-                                                        s.new_regime, s.sev))
+        trig = flashbulb.any_trigger(s.triggers)
         cols = [codes("price-move"), codes("trade"),
                 np.where(trig, codes("flashbulb"), -1),
                 np.where(load_pad[:, 2] < cfg.reflection.dominance, codes("dominance-correction"), -1),
@@ -719,7 +722,7 @@ class Mind:
         suppresses it (each outcome an event). Returns which Golems fired one."""
         pop, fb = self.pop, self.cfg.flashbulb
         a = s.pad[:, 1]
-        trig = flashbulb.triggers(self.cfg, a, pop.high_a_run[ix], s.tick_pnl, s.value, s.new_regime, s.sev)
+        trig = s.triggers
         rows = np.flatnonzero(flashbulb.any_trigger(trig) & ~s.first)
         nwin = np.zeros(ix.size, dtype=np.int64)
         nwin[rows] = flashbulb.in_window(pop.fb_times[ix[rows]], now_ms)   # most ticks trigger nothing

@@ -61,7 +61,7 @@ def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> Sensed:
     """What SENSING hands on, for Golems ix: a calm tick with no move, no event, no marker; the mood
     is the emotion unless given (what reflection's emotional load reads), the ground truth of the
     outcome neutral."""
-    from golem import appraisal
+    from golem import appraisal, flashbulb
     ix = np.asarray(ix, dtype=np.int64)
     b = ix.size
     z = np.zeros(b)
@@ -72,7 +72,8 @@ def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> Sensed:
              emotion=np.zeros(b, np.int8), intensity=z.copy(), recent_losses=np.zeros(b, np.int64),
              pattern=np.zeros(b, np.int64), neg_marker=np.zeros(b, bool), pos_marker=np.zeros(b, bool),
              marker_valence=z.copy(), marker_strength=np.zeros(b, np.int32), tier=np.zeros(b, np.int64),
-             first=np.zeros(b, bool), reflex={}, truth=z.copy(), danger=np.zeros(b, bool))
+             first=np.zeros(b, bool), triggers=np.zeros((b, 4), bool), reflex={}, truth=z.copy(),
+             danger=np.zeros(b, bool))
     s["mood"] = np.broadcast_to(np.asarray(pad if mood is None else mood, dtype=np.float64), (b, 3)).copy()
     for k, v in over.items():
         s[k] = np.broadcast_to(np.asarray(v), np.shape(s[k])).copy() if isinstance(s[k], np.ndarray) else v
@@ -81,6 +82,9 @@ def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> Sensed:
         s["emotion"] = appraisal.classify_batch(p, a, d, m.protos)
     if "intensity" not in over:
         s["intensity"] = appraisal.intensity_batch(p, a, d)
+    if "triggers" not in over:     # as SENSING derives them, from this tick and the Golems' runs of high arousal
+        s["triggers"] = flashbulb.triggers(m.cfg, a, m.pop.high_a_run[ix], s["tick_pnl"], s["value"], s["new_regime"],
+                                           s["sev"])
     return Sensed(**s)
 
 

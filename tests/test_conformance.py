@@ -691,6 +691,21 @@ def test_any_trigger_is_any_of_the_row(n, seed):
     np.testing.assert_array_equal(flashbulb.any_trigger(trig), trig.any(axis=1))
 
 
+@pytest.mark.parametrize("run_before, fires", [(-1, True), (0, False)])
+def test_the_arousal_trigger_counts_this_ticks_arousal(run_before, fires):
+    """SPEC §6: the arousal trigger fires on the tick a run of A > 0.7 reaches
+    flashbulb.consecutive_ticks, once: SENSING adds this tick to the run before it reads the
+    triggers that DECIDING and REFLECTING take from it. A run one tick short reaches it now; a run
+    already there does not fire again."""
+    m = minds.mind(n=1)
+    k = m.cfg.flashbulb.consecutive_ticks
+    m.pop.pad[0] = m.pop.mood[0] = (0.0, 1.0, 0.0)
+    m.pop.high_a_run[0] = k + run_before
+    s = m.sense(IX, minds.observation(m))
+    assert s.pad[0, 1] > m.cfg.flashbulb.arousal and m.pop.high_a_run[0] == k + run_before + 1
+    assert s.triggers[0].tolist() == [fires, False, False, False]
+
+
 @pytest.mark.parametrize("strength, escalated", [(3, False), (4, True)])
 def test_a_negative_somatic_marker_escalates_only_with_strength_above_3(strength, escalated):
     """SPEC §5 SENSING: valence < -0.5 and strength > 3 escalate an all-normal tick to T1."""
