@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit, prange
 
 from golem import pad as padm
-from golem.kernels import _fma, np_maximum, np_sum, threaded
+from golem.kernels import _block_max, _fma, np_maximum, np_sum, threaded
 
 #: buckets of the outlook window (its return and high are kept per bucket: a day each at 30 days)
 OUTLOOK_BUCKETS = 30
@@ -97,9 +97,11 @@ def price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_window_ms, min_r
     - the peak price seen within stop_window_ms since the position was last changed (`trade_ms`),
       -inf when none, for the stop.
 
-    The sums are numpy's of the masked rows (`kernels.np_sum`), so the figures are those of the array
-    expressions bit for bit. Rows touch only their own rings (2 KB each, out of cache after the
-    scan), so a cohort's are spread over numba's threads (`kernels.threaded`)."""
+    The sums are numpy's of the masked rows (`kernels.np_sum`) and the peak a maximum in eight lanes
+    (no NaN reaches it, so any order gives it; the ring's length, HIST, is a multiple of 8), so the
+    figures are those of the array expressions bit for bit. Rows touch only their own rings (2 KB
+    each, out of cache after the scan), so a cohort's are spread over numba's threads
+    (`kernels.threaded`)."""
     ix = np.asarray(ix, dtype=np.int64)
     run = _price_history.on(ix.size * price_hist.shape[1])     # work: the ring slots read
     return run(ix, tick[ix], np.asarray(price, dtype=np.float64), np.asarray(lr, dtype=np.float64),
@@ -117,22 +119,23 @@ def _price_history(ix, tick, price, lr, dt_s, first, now_ms, vol_cut_ms, min_ret
     for r in prange(ix.size):
         dts = np.empty(hist)
         r2s = np.empty(hist)
+        tops = np.empty(hist)
         g, t = ix[r], tick[r]
         slot = t % hist
         price_hist[g, slot] = price[r]
         r2_hist[g, slot] = 0.0 if first[r] else lr[r] * lr[r]
         dt_hist[g, slot] = 0.0 if first[r] else dt_s[r]
         t_hist[g, slot] = now_ms
-        top = -np.inf
-        for j in range(hist):
+        tr = trade_ms[g]
+        for j in range(hist):     # branch-free, so it vectorises; the peak is the maximum after it
             seen_t = t_hist[g, j]
             back = slot - j if j <= slot else slot - j + hist      # (t - j) mod hist, without a division
-            recent = seen_t > vol_cut_ms or back < min_returns   # j is one of the last returns
+            recent = (seen_t > vol_cut_ms) | (back < min_returns)   # j is one of the last returns
             dts[j] = dt_hist[g, j] if recent else 0.0
             r2s[j] = r2_hist[g, j] if recent else 0.0
             ph = price_hist[g, j]
-            if seen_t > stop_cut_ms and seen_t >= trade_ms[g] and not np.isnan(ph) and ph > top:
-                top = ph
+            tops[j] = ph if (seen_t > stop_cut_ms) & (seen_t >= tr) & (ph == ph) else -np.inf   # ph == ph: not NaN
+        top = _block_max(tops, hist)
         seen = np_sum(dts, 0, hist, 0.0)
         var = np_sum(r2s, 0, hist, 0.0) / max(seen, 1e-12) if seen > 0 else ref[r] * ref[r]
         vol[r] = np.sqrt(var) / ref[r]

@@ -172,8 +172,8 @@ def _history_by_arrays(ix, tick, price, lr, dt_s, first, now_ms, vol_window_ms, 
        st.sampled_from(["serial", "parallel"]))
 def test_the_price_history_kernel_is_the_array_expressions_bit_for_bit(seed, n, hist, min_returns, compiled):
     """Rings at every stage (empty, partly and wholly filled, wrapped), returns of mixed size, first
-    ticks, trades before and after the window: the same figures and rings, bit for bit, on the
-    calling thread and over numba's threads."""
+    ticks, trades before, after and at the time of a ring slot: the same figures and rings, bit for
+    bit, on the calling thread and over numba's threads."""
     rng = np.random.default_rng(seed)
     m = n + 3
     ring = dict(price_hist=np.where(rng.random((m, hist)) < 0.2, np.nan, rng.uniform(50, 150, (m, hist))),
@@ -182,6 +182,8 @@ def test_the_price_history_kernel_is_the_array_expressions_bit_for_bit(seed, n, 
                 t_hist=rng.integers(-10**7, 10**7, (m, hist)))
     ring["t_hist"][rng.random((m, hist)) < 0.2] = np.iinfo(np.int64).min // 2
     tick, trade_ms = rng.integers(0, 3 * hist, m), rng.integers(-10**7, 10**7, m)
+    at_a_time = rng.random(m) < 0.5     # a trade at the very time of a ring slot: that price counts
+    trade_ms[at_a_time] = ring["t_hist"][np.arange(m), rng.integers(0, hist, m)][at_a_time]
     ix = rng.permutation(m)[:n]
     now = int(rng.integers(0, 10**7))
 
