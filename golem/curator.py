@@ -371,39 +371,58 @@ def lesson_groups(golems, cap, live, scope, topic, created_ms, consolidated, cat
     return grp_row[:n_grp].copy(), anchors[:n_grp].copy(), starts[:n_grp + 1].copy(), members[:at].copy()
 
 
+#: log1p(0), log1p(1), ...: numpy's values (its SIMD log1p and libm's differ in the last bit for ~1 %
+#: of them), grown by doubling as access counts need (`_log1p_upto`); an entry does not depend on
+#: the table's length, so a grown table only adds entries
+_LOG1P = [np.log1p(np.arange(256, dtype=np.float64))]
+
+
+def _log1p_upto(n: int) -> np.ndarray:
+    """The log1p table with at least entries 0 .. n."""
+    if n >= _LOG1P[0].size:
+        _LOG1P[0] = np.log1p(np.arange(1 << int(n).bit_length(), dtype=np.float64))
+    return _LOG1P[0]
+
+
 def heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, low_flag, low_flag_accesses,
                    work: int):
     """Curator step 5's per-entry flags on the live slots, in place: heat (`heat` of the slab:
     log1p(accesses) / log1p(the slab's most), 0 when nothing was accessed) and the low-confidence
     flag (confidence below `low_flag`, compared in float32 as the column is, after at least
     `low_flag_accesses` accesses); returns each Golem's low-confidence count. log1p comes from a
-    table numpy computes (numpy's SIMD log1p and libm's differ in the last bit for ~1 % of values).
-    `work`: the entries the slabs hold, which picks the compile like the other steps' (`kernels.threaded`)."""
-    top = _slab_max.on(work)(golems, cap, live, access_count)
-    table = np.log1p(np.arange(max(int(top.max()), 0) + 1, dtype=np.float64))
-    return _heat_and_flags.on(work)(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table,
-                                    np.float32(low_flag), low_flag_accesses)
+    table numpy computes (`_LOG1P`); a slab whose most is past the table is left for a second call
+    with a table grown to it (the kernel only writes what it computes from columns it does not
+    change, so calling it again gives the same). `work`: the entries the slabs hold, which picks the
+    compile like the other steps' (`kernels.threaded`)."""
+    run = _heat_and_flags.on(work)
+    table = _LOG1P[0]
+    while True:
+        n_low, top = run(golems, cap, live, access_count, confidence, heat_col, low_conf, table,
+                         np.float32(low_flag), low_flag_accesses)
+        most = int(top.max()) if top.size else 0
+        if most < table.size:
+            return n_low
+        table = _log1p_upto(most)
 
 
 @threaded(cache=True)
-def _slab_max(golems, cap, live, values):
-    """Each row's largest live value (0 when none is larger)."""
+def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, table, low_flag,
+                    low_flag_accesses):
+    """A slab at a time: its most accessed live entry, then (while the slab is in cache) each live
+    entry's heat and flag. Also returns each slab's most (0 when none is larger); a slab whose
+    most is not in `table` is skipped."""
+    n_low = np.zeros(golems.size, dtype=np.int64)
     top = np.zeros(golems.size, dtype=np.int64)
     for r in prange(golems.size):
         base = golems[r] * cap
+        most = 0
         for j in range(cap):
-            if live[r, j] and values[base + j] > top[r]:
-                top[r] = values[base + j]
-    return top
-
-
-@threaded(cache=True)
-def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_conf, top, table, low_flag,
-                    low_flag_accesses):
-    n_low = np.zeros(golems.size, dtype=np.int64)
-    for r in prange(golems.size):
-        base = golems[r] * cap
-        t = table[top[r]]
+            if live[r, j] and access_count[base + j] > most:
+                most = access_count[base + j]
+        top[r] = most
+        if most >= table.size:
+            continue
+        t = table[most]
         for j in range(cap):
             if live[r, j]:
                 s = base + j
@@ -412,7 +431,7 @@ def _heat_and_flags(golems, cap, live, access_count, confidence, heat_col, low_c
                 flag = confidence[s] < low_flag and acc >= low_flag_accesses
                 low_conf[s] = flag
                 n_low[r] += flag
-    return n_low
+    return n_low, top
 
 
 def _write_lessons(mind, now_ms: int, golems: np.ndarray, grp_row: np.ndarray, anchor: np.ndarray,

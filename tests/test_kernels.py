@@ -1011,7 +1011,7 @@ def test_threaded_kernels_give_a_run_the_same_bytes_on_one_thread_or_many(tmp_pa
     assert hashes["serial"] == hashes["parallel"]
     assert called["serial"] == called["parallel"] >= {
         "retrieve_batch", "recall_served", "scan_terms", "scan_terms_stale", "_pick_slots", "curate_slabs",
-        "_slab_max", "_heat_and_flags", "_price_history"}
+        "_heat_and_flags", "_price_history"}
 
 
 @FAST
