@@ -104,6 +104,11 @@ CHUNK = 32
 #: interleaved groups whose maxima bound a block's k-th best while a top-k list is filling
 GROUP = 32
 HOUR_MS = 3_600_000.0
+#: runs of rows of near-equal size the retrieval kernel splits a batch into (`_retrieve_rows`):
+#: enough for numba's static schedule to give each of 2, 3, 4, 6 or 8 threads an even share, few
+#: enough that a run's calls cost nothing (the thread count itself, read in a kernel, would keep
+#: numba from caching it)
+RUNS = 64
 #: a threaded kernel's call with less work than this (entries scanned or written, cells read) runs
 #: on the calling thread: numba's threads cost more to wake than they save below it
 PARALLEL_MIN_WORK = 1 << 14
@@ -633,13 +638,16 @@ def _block_count(ok, m):
 
 
 @njit(cache=True, error_model="numpy")
-def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
-                    codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
-                    has_tag, p_tag, a_tag, d_tag, recency, charge,
-                    weights, charge_fading, k, sal_cap, min_conf, live,
-                    out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
-    """Row gi of a batch: Golem golems[gi]'s slab scored against query row gi (see the module doc).
-    min_conf < 0 (or NaN): no confidence floor, and the confidence column is not read."""
+def _retrieve_rows(row0, row1, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
+                   codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
+                   has_tag, p_tag, a_tag, d_tag, recency, charge,
+                   weights, charge_fading, k, sal_cap, min_conf, live,
+                   out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val):
+    """Rows row0 .. row1 - 1 of a batch, one after another: Golem golems[gi]'s slab scored against
+    query row gi (see the module doc). min_conf < 0 (or NaN): no confidence floor, and the confidence
+    column is not read. A call takes a run of rows, not one, because numba counts a reference to
+    each array argument as a call starts and ends (an atomic add and subtract on its meminfo,
+    which numba's threads share): some sixty such operations a Golem were 4-5 % of the kernel."""
     n_rows = codes.shape[0]
     w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
     # block scratch on this call's stack (per thread when Golems run in parallel; BLOCK is a
@@ -662,140 +670,141 @@ def _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sig
     gm = carray(_stack_f64_group(), GROUP)
     kt = np.empty(k)
     sh_v = np.empty(k)
-    g = golems[gi]
-    lo = g * cap
-    n = count[g]
-    qs = qscale[gi]
-    cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
-    cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
-    vs = valence_sign[gi]
-    top_s = out_slots[gi]
-    top_v = out_scores[gi]
-    sh_s = out_shadow[gi]
-    f = out_factors[gi]
-    sh_v[:] = -np.inf
-    top_s[:] = -1
-    top_v[:] = -np.inf
-    sh_s[:] = -1
-    n_el = 0
-    sum_emo = 0.0
-    sum_val = 0.0
-    best_nn = -1
-    best_nn_score = -np.inf
-    best_sem = -np.inf          # the best semantic match of the pool (novelty, SPEC §5)
-    for b0 in range(0, n, BLOCK):
-        m = min(BLOCK, n - b0)
-        m8 = (m + 7) // 8 * 8
-        s0 = lo + b0
-        sup = b0 % SUPER           # this block's place in dot_s
-        if sup == 0:
-            # pass 1: the integer dot products of the next SUPER entries, ROWS rows at a time
-            # (the last rows of the arena, fewer than ROWS, by the scalar loop)
-            for j in range(0, min(SUPER, n - b0), ROWS):
-                if s0 + j + ROWS <= n_rows:
-                    _dots(codes, s0 + j, qcodes, gi, dot_s, j)
-                else:
-                    _dots_scalar(codes, s0 + j, n_rows - s0 - j, qcodes, gi, dot_s, j)
-        if floor:
-            xconf = confidence[s0:s0 + m]
+    for gi in range(row0, row1):
+        g = golems[gi]
+        lo = g * cap
+        n = count[g]
+        qs = qscale[gi]
+        cp, ca, cd = cur_pad[gi, 0], cur_pad[gi, 1], cur_pad[gi, 2]
+        cn = max(np.sqrt(cp * cp + ca * ca + cd * cd), 1e-8)
+        vs = valence_sign[gi]
+        top_s = out_slots[gi]
+        top_v = out_scores[gi]
+        sh_s = out_shadow[gi]
+        f = out_factors[gi]
+        sh_v[:] = -np.inf
+        top_s[:] = -1
+        top_v[:] = -np.inf
+        sh_s[:] = -1
+        n_el = 0
+        sum_emo = 0.0
+        sum_val = 0.0
+        best_nn = -1
+        best_nn_score = -np.inf
+        best_sem = -np.inf          # the best semantic match of the pool (novelty, SPEC §5)
+        for b0 in range(0, n, BLOCK):
+            m = min(BLOCK, n - b0)
+            m8 = (m + 7) // 8 * 8
+            s0 = lo + b0
+            sup = b0 % SUPER           # this block's place in dot_s
+            if sup == 0:
+                # pass 1: the integer dot products of the next SUPER entries, ROWS rows at a time
+                # (the last rows of the arena, fewer than ROWS, by the scalar loop)
+                for j in range(0, min(SUPER, n - b0), ROWS):
+                    if s0 + j + ROWS <= n_rows:
+                        _dots(codes, s0 + j, qcodes, gi, dot_s, j)
+                    else:
+                        _dots_scalar(codes, s0 + j, n_rows - s0 - j, qcodes, gi, dot_s, j)
+            if floor:
+                xconf = confidence[s0:s0 + m]
+                for j in range(m):
+                    cf_b[j] = np.float64(xconf[j]) >= min_conf
+            # pass 2: eligibility, the factors and the scores of the block, branch-free in one
+            # vectorised loop; an ineligible entry gets score -inf and emotional factor and valence 0
+            xst = status[s0:s0 + m]
+            xla = last_access_ms[s0:s0 + m]
+            xwin = window_ms[s0:s0 + m]
+            xtag = has_tag[s0:s0 + m]
+            xp = p_tag[s0:s0 + m]
+            xa = a_tag[s0:s0 + m]
+            xd = d_tag[s0:s0 + m]
+            xn2 = norm2[s0:s0 + m]
+            xre = recency[s0:s0 + m]
+            xch = charge[s0:s0 + m]
+            ximp = importance[s0:s0 + m]
+            xsal = sal[s0:s0 + m]
+            # this run's dot products as a slice indexed by j alone, one vector load: dot_s[sup + j] is
+            # a gather, as numba wraps a negative index and sup + j is not known to be non-negative
+            xdot = dot_s[sup:sup + m]
             for j in range(m):
-                cf_b[j] = np.float64(xconf[j]) >= min_conf
-        # pass 2: eligibility, the factors and the scores of the block, branch-free in one
-        # vectorised loop; an ineligible entry gets score -inf and emotional factor and valence 0
-        xst = status[s0:s0 + m]
-        xla = last_access_ms[s0:s0 + m]
-        xwin = window_ms[s0:s0 + m]
-        xtag = has_tag[s0:s0 + m]
-        xp = p_tag[s0:s0 + m]
-        xa = a_tag[s0:s0 + m]
-        xd = d_tag[s0:s0 + m]
-        xn2 = norm2[s0:s0 + m]
-        xre = recency[s0:s0 + m]
-        xch = charge[s0:s0 + m]
-        ximp = importance[s0:s0 + m]
-        xsal = sal[s0:s0 + m]
-        # this run's dot products as a slice indexed by j alone, one vector load: dot_s[sup + j] is
-        # a gather, as numba wraps a negative index and sup + j is not known to be non-negative
-        xdot = dot_s[sup:sup + m]
-        for j in range(m):
-            tg = xtag[j]
-            pv = np.float64(xp[j]) * (1.0 if tg else 0.0)      # branch-free: see `_emotional`
-            age = _i64_f64(now_ms - xla[j])
-            ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
-            ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
-            sem = _semantic(xdot[j], xn2[j], qs)
-            tmp = _temporal(age, xre[j], tau)
-            emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, charge_fading)
-            score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
-            sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
-            ok_b[j] = ok
-            emo_b[j] = emo if ok else 0.0
-            pv_b[j] = pv if ok else 0.0
-            se_b[j] = sem if ok else -np.inf
-            sv_b[j] = (sh if live else score) if ok else -np.inf
-            sh_b[j] = sh if ok else -np.inf
-            nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
-        for j in range(m, m8):
-            ok_b[j] = 0
-            emo_b[j] = 0.0
-            pv_b[j] = 0.0
-            se_b[j] = -np.inf
-            sv_b[j] = -np.inf
-            sh_b[j] = -np.inf
-            nn_b[j] = -np.inf
-        # pass 3a: the pool's sums (four interleaved partial sums: a fixed order), its count, best
-        # semantic match and best non-negative score
-        e, v = _pool_sums(emo_b, pv_b, m8)
-        sum_emo += e
-        sum_val += v
-        best_sem = max(best_sem, _block_max(se_b, m8))
-        n_el += _block_count(ok_b, m8)
-        bn = _block_max(nn_b, m8)
-        if bn > best_nn_score:          # the first entry with the block's best: ties keep the earlier
-            for j in range(m):
-                if nn_b[j] == bn:
-                    best_nn = s0 + j
-                    break
-            best_nn_score = bn
-        # pass 3b: the two top-k lists, in slot order, offered only the entries that can enter
-        # them: above the list's k-th (it only rises) and, while a list is still filling, not
-        # below the k-th best of the block's group maxima (`_group_bound`)
-        t2 = top_v[k - 1]
-        t3 = sh_v[k - 1]
-        b2 = _group_bound(sv_b, m, k, gm, kt) if t2 == -np.inf else -np.inf
-        b3 = _group_bound(sh_b, m, k, gm, kt) if t3 == -np.inf else -np.inf
-        for j in range(m8):
-            sv = sv_b[j]
-            sh = sh_b[j]
-            fl_b[j] = np.uint8(((sv > t2) & (sv >= b2)) | ((sh > t3) & (sh >= b3)))
-        for w in range(m8 // 8):
-            bits = fl_w[w]
-            while bits != 0:
-                j = 8 * w + (trailing_zeros(bits) >> 3)
-                bits &= bits - np.uint64(1)
+                tg = xtag[j]
+                pv = np.float64(xp[j]) * (1.0 if tg else 0.0)      # branch-free: see `_emotional`
+                age = _i64_f64(now_ms - xla[j])
+                ok = (xst[j] != 3) & (age < 2.0 * xwin[j]) & cf_b[j]
+                ok = ok & ((vs == 0) | ((vs > 0) & tg & (pv > 0.0)) | ((vs < 0) & tg & (pv < 0.0)))
+                sem = _semantic(xdot[j], xn2[j], qs)
+                tmp = _temporal(age, xre[j], tau)
+                emo = _emotional(tg, xp[j], xa[j], xd[j], cp, ca, cd, cn, xch[j], gamma, charge_fading)
+                score = w0 * sem + w1 * tmp + w2 * np.float64(ximp[j]) + w3 * emo
+                sh = score * (1.0 + np.float64(xsal[j]) * sal_cap)
+                ok_b[j] = ok
+                emo_b[j] = emo if ok else 0.0
+                pv_b[j] = pv if ok else 0.0
+                se_b[j] = sem if ok else -np.inf
+                sv_b[j] = (sh if live else score) if ok else -np.inf
+                sh_b[j] = sh if ok else -np.inf
+                nn_b[j] = score if ok & (pv >= 0.0) else -np.inf
+            for j in range(m, m8):
+                ok_b[j] = 0
+                emo_b[j] = 0.0
+                pv_b[j] = 0.0
+                se_b[j] = -np.inf
+                sv_b[j] = -np.inf
+                sh_b[j] = -np.inf
+                nn_b[j] = -np.inf
+            # pass 3a: the pool's sums (four interleaved partial sums: a fixed order), its count, best
+            # semantic match and best non-negative score
+            e, v = _pool_sums(emo_b, pv_b, m8)
+            sum_emo += e
+            sum_val += v
+            best_sem = max(best_sem, _block_max(se_b, m8))
+            n_el += _block_count(ok_b, m8)
+            bn = _block_max(nn_b, m8)
+            if bn > best_nn_score:          # the first entry with the block's best: ties keep the earlier
+                for j in range(m):
+                    if nn_b[j] == bn:
+                        best_nn = s0 + j
+                        break
+                best_nn_score = bn
+            # pass 3b: the two top-k lists, in slot order, offered only the entries that can enter
+            # them: above the list's k-th (it only rises) and, while a list is still filling, not
+            # below the k-th best of the block's group maxima (`_group_bound`)
+            t2 = top_v[k - 1]
+            t3 = sh_v[k - 1]
+            b2 = _group_bound(sv_b, m, k, gm, kt) if t2 == -np.inf else -np.inf
+            b3 = _group_bound(sh_b, m, k, gm, kt) if t3 == -np.inf else -np.inf
+            for j in range(m8):
                 sv = sv_b[j]
-                if (sv > t2) & (sv >= b2):
-                    _insert(top_s, top_v, k, s0 + j, sv)
-                    t2 = top_v[k - 1]
                 sh = sh_b[j]
-                if (sh > t3) & (sh >= b3):
-                    _insert(sh_s, sh_v, k, s0 + j, sh)
-                    t3 = sh_v[k - 1]
-    # the served entries' factors (`_factors_at`: pass 2's operations, the same bits) and their
-    # tags and valences: k entries, read while the slab's columns are still in cache (after the
-    # scan they are cache misses)
-    for r in range(k):
-        sr = top_s[r]
-        if sr >= 0:
-            _factors_at(sr, gi, codes, qcodes, qs, norm2, now_ms, last_access_ms, recency, tau, importance, has_tag,
-                        p_tag, a_tag, d_tag, cp, ca, cd, cn, charge, gamma, charge_fading, dot_s, f[r])
-        out_tagged[gi, r], out_val[gi, r] = _tag_valence(sr, has_tag, p_tag)
-    out_pool[gi, POOL_N] = n_el
-    out_pool[gi, POOL_SUM_EMO] = sum_emo
-    out_pool[gi, POOL_SUM_VAL] = sum_val
-    out_pool[gi, POOL_BEST_NONNEG] = best_nn
-    out_pool[gi, POOL_BEST_NONNEG_SCORE] = best_nn_score
-    out_pool[gi, POOL_BEST_SEMANTIC] = best_sem
+                fl_b[j] = np.uint8(((sv > t2) & (sv >= b2)) | ((sh > t3) & (sh >= b3)))
+            for w in range(m8 // 8):
+                bits = fl_w[w]
+                while bits != 0:
+                    j = 8 * w + (trailing_zeros(bits) >> 3)
+                    bits &= bits - np.uint64(1)
+                    sv = sv_b[j]
+                    if (sv > t2) & (sv >= b2):
+                        _insert(top_s, top_v, k, s0 + j, sv)
+                        t2 = top_v[k - 1]
+                    sh = sh_b[j]
+                    if (sh > t3) & (sh >= b3):
+                        _insert(sh_s, sh_v, k, s0 + j, sh)
+                        t3 = sh_v[k - 1]
+        # the served entries' factors (`_factors_at`: pass 2's operations, the same bits) and their
+        # tags and valences: k entries, read while the slab's columns are still in cache (after the
+        # scan they are cache misses)
+        for r in range(k):
+            sr = top_s[r]
+            if sr >= 0:
+                _factors_at(sr, gi, codes, qcodes, qs, norm2, now_ms, last_access_ms, recency, tau, importance, has_tag,
+                            p_tag, a_tag, d_tag, cp, ca, cd, cn, charge, gamma, charge_fading, dot_s, f[r])
+            out_tagged[gi, r], out_val[gi, r] = _tag_valence(sr, has_tag, p_tag)
+        out_pool[gi, POOL_N] = n_el
+        out_pool[gi, POOL_SUM_EMO] = sum_emo
+        out_pool[gi, POOL_SUM_VAL] = sum_val
+        out_pool[gi, POOL_BEST_NONNEG] = best_nn
+        out_pool[gi, POOL_BEST_NONNEG_SCORE] = best_nn_score
+        out_pool[gi, POOL_BEST_SEMANTIC] = best_sem
 
 
 @threaded(cache=True, error_model="numpy")
@@ -807,12 +816,14 @@ def retrieve_batch(golems, count, cap, qcodes, qscale, cur_pad, valence_sign, no
     """Four-factor retrieval for a batch of Golems (see the module doc). Each Golem reads only its
     slab and writes only its own output rows, so the result is the same, bit for bit, on one
     thread or spread over numba's (`threaded`)."""
-    for gi in prange(golems.size):
-        _retrieve_golem(gi, golems, count, cap, qcodes, qscale, cur_pad, valence_sign, now_ms, tau, gamma,
-                        codes, norm2, last_access_ms, window_ms, status, importance, sal, confidence,
-                        has_tag, p_tag, a_tag, d_tag, recency, charge,
-                        weights, charge_fading, k, sal_cap, min_conf, live,
-                        out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
+    n = golems.size
+    parts = min(n, RUNS)
+    for c in prange(parts):
+        _retrieve_rows(c * n // parts, (c + 1) * n // parts, golems, count, cap, qcodes, qscale, cur_pad,
+                       valence_sign, now_ms, tau, gamma, codes, norm2, last_access_ms, window_ms, status, importance,
+                       sal, confidence, has_tag, p_tag, a_tag, d_tag, recency, charge,
+                       weights, charge_fading, k, sal_cap, min_conf, live,
+                       out_slots, out_scores, out_factors, out_shadow, out_pool, out_tagged, out_val)
 
 
 # ----------------------------------------------------------------------------- served entries
