@@ -858,6 +858,22 @@ def test_windows_of_the_loss_history_and_rumination_are_the_configs():
         assert len(minds.events(out, "anti_rumination")) == int(fires)
 
 
+def test_the_decision_reads_the_entry_anti_rumination_serves():
+    """SPEC §4.3: the non-negative entry that takes the last served place is the one the decision
+    reads (its id in the retrieval row, its outcome in the memory signal), not the negative one
+    the retrieval first served."""
+    m = minds.mind(n=1, cfg=minds.config(**{"retrieval.top_k": 1, "retrieval.rumination_window": 4}))
+    _, ids = _entries(m, 0, np.ones((2, m.gr.dim)), p=np.array([-0.9, 0.2], np.float32),
+                      importance=np.array([1.0, 0.0], np.float32), has_outcome=True,
+                      outcome=np.array([-0.8, 0.8], np.float32), confidence=np.array([0.3, 0.9], np.float32))
+    m.pop.neg_share[0] = [0.9] * 4
+    out = TickOutput()
+    decided = m.decide(IX, minds.observation(m), minds.sensed(m, IX, pad=(-0.5, 0.5, 0.0)), out)
+    assert len(minds.events(out, "anti_rumination")) == 1
+    assert np.asarray(out.retrievals["ids"]).tolist() == [[ids[1]]]
+    assert decided.mem[0] == pytest.approx(0.8)
+
+
 def test_a_parcel_that_reaches_nobody_is_not_numbered_among_the_delivered(tmp_path):
     """Pushes of one instant share a receiver array, so a parcel may find all its receivers dead
     on arrival: it stores nothing and moves no one, and the contagion rows number the parcels
