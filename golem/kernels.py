@@ -57,8 +57,9 @@ How it is fast and still exact (docs/performance.md has the measurements and the
 - Pool sums (emotional factor, valence) are four interleaved partial sums per block (j mod 4),
   combined pairwise and added block by block: a fixed order, so deterministic on every machine;
   they agree with a sequential sum to ~1e-15 relative.
-- `retrieve_batch` is `threaded`: over numba's threads it runs the same per-Golem function (prange over
-  Golems: each reads its own slab and writes its own rows, so results do not depend on threads).
+- `retrieve_batch` is `threaded`: over numba's threads it runs the same function on runs of rows
+  (prange over `RUNS` runs: each Golem reads its own slab and writes its own rows, so results do not
+  depend on threads or runs).
 - Every slot below a slab's count holds an entry (`golem.grimoire`: entries are replaced, never
   removed), so the scan does not read the id column; untagged entries get the emotional factor
   0.5 and valence 0 whatever their p, a, d.
