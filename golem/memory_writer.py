@@ -58,13 +58,11 @@ class Candidates:
                 chunk = arr.copy() if arr.ndim == 0 else np.broadcast_to(arr, (n,)).copy()
             self.cols.setdefault(k, []).append(chunk)
 
-    def build(self, take: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
-        """(embeddings, columns, topics) of every row in add order, or of the rows `take` (indices
-        into them; what indexing the full columns with `take` gives, without building them)."""
+    def build(self, take: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray] | None:
+        """(embeddings, columns, topics) of the rows `take` (indices into the rows in add order):
+        what indexing the full columns (`column`) with `take` gives, without building them."""
         if not self.emb:
             return None
-        if take is None:
-            return np.concatenate(self.emb), {k: self._column(v) for k, v in self.cols.items()}, np.concatenate(self.topics)
         take = np.asarray(take, dtype=np.int64)
         adds = np.searchsorted(np.cumsum(self.sizes), take, side="right")     # the add each row came from
         emb = np.empty((take.size,) + self.emb[0].shape[1:])

@@ -433,11 +433,13 @@ def test_an_empty_observation_aborts_its_write_loudly():
 
 def test_candidate_columns_keep_each_values_type_and_sign():
     """A scalar given to `add` becomes a column of that value in its own dtype for the add's rows
-    (0.0 and -0.0, 1 and True, 1 and 1.0 apart), and the adds' columns are concatenated in order."""
+    (0.0 and -0.0, 1 and True, 1 and 1.0 apart), and the adds' columns are concatenated in order
+    (`column`, what `build` takes its rows from)."""
     cand = Candidates()
     for v in (0.0, -0.0, 1, True, 1.0, np.float32(1.0), "x", -0.0, 0.0):
         cand.add(np.ones((2, 4)), ["T/x", "T/x"], v=v, w=np.array([1.5, -2.5]))
-    _, cols, topics = cand.build()
+    cols = {k: cand.column(k) for k in ("v", "w", "raw_outcome")}
+    topics = np.concatenate(cand.topics)
     v = cols["v"]
     assert v.dtype == object                       # with the str, as np.concatenate gives
     got = v.tolist()
@@ -450,7 +452,7 @@ def test_candidate_columns_keep_each_values_type_and_sign():
     floats = Candidates()
     for v in (0.0, -0.0, np.float32(2.0)):
         floats.add(np.ones((1, 4)), ["T/x"], v=v)
-    out = floats.build()[1]["v"]
+    out = floats.column("v")
     assert out.dtype == np.float64 and np.signbit(out).tolist() == [False, True, False]
     assert out.flags.writeable
 
@@ -461,15 +463,15 @@ def test_candidate_columns_keep_each_values_type_and_sign():
                 min_size=1, max_size=6),
        st.integers(0, 2**31))
 def test_built_rows_are_the_full_columns_taken(adds, seed):
-    """`build(take)` gives what the full build indexed by `take` gives: the same values, dtypes and
-    signs, for columns whose adds share one value (0-d) or give rows, and the embeddings and topics
-    of each taken row's own add."""
+    """`build(take)` gives what the full columns (`column`) indexed by `take` give: the same values,
+    dtypes and signs, for columns whose adds share one value (0-d) or give rows, and the embeddings
+    and topics of each taken row's own add."""
     rng = np.random.default_rng(seed)
     cand = Candidates()
     for i, (n, how, v) in enumerate(adds):
         col = np.full(n, v, dtype=np.asarray(v).dtype) if how == "rows" else v
         cand.add(rng.standard_normal((n, 4)), [f"T/{i}"] * n, v=col, w=rng.integers(-3, 3, n), k=i)
-    full_emb, full, full_topics = cand.build()
+    full_emb, full, full_topics = np.concatenate(cand.emb), {k: cand.column(k) for k in cand.cols}, np.concatenate(cand.topics)
     take = rng.permutation(full_emb.shape[0])[:int(rng.integers(0, full_emb.shape[0] + 1))]
     emb, cols, topics = cand.build(take)
     assert emb.tobytes() == full_emb[take].tobytes() and topics.tolist() == full_topics[take].tolist()
