@@ -76,7 +76,7 @@ def retrieval_case(n: int, d: int, mode: str, rounds: int) -> dict:
     prm = rt.RetrievalParams(top_k=R.K)
     golems = np.arange(b)
     res = R.kernel(gr, golems, q, pad, R.NOW_MS, prm)
-    idi, tun, floor = R.Idiomatic(gr, prm), R.Tuned(gr, prm), R.Floor(gr, b)
+    idi, tun, floor, stream = R.Idiomatic(gr, prm), R.Tuned(gr, prm), R.Floor(gr, b), R.StreamRead(gr, golems)
     # same top-k, shadow and pool, or no timing; the kernel's stored terms are float32 (the idiomatic
     # peer computes the formulas in float64) and the tuned peer scores in float32: at a thousand
     # queries a few rows hold near ties one of them orders the other way
@@ -86,7 +86,7 @@ def retrieval_case(n: int, d: int, mode: str, rounds: int) -> dict:
            "idiomatic": lambda: idi(golems, q, pad, R.NOW_MS),
            "tuned": lambda: tun(golems, q, pad, R.NOW_MS),
            "sgemv": lambda: floor.sgemv(golems, q),
-           "stream": lambda: R.stream_read(gr, golems)}
+           "stream": stream.one}
     if mode == "batch32":      # every query against every entry: only meaningful for a few queries
         fns["full_mm"] = lambda: floor.full_mm(golems, q)
     t = R.alternate(fns, rounds=rounds, min_time=0.5)

@@ -53,14 +53,14 @@ class _Arena:
             # the kernel's stored terms are float32, the tuned peer's scores too: near ties may swap
             R.same_results(res, idi(golems, q, pad, R.NOW_MS), near_ties=1e-6)
             R.same_results(res, tun(golems, q, pad, R.NOW_MS), near_ties=1e-6)
-            floor = R.Floor(gr, b)
+            floor, stream = R.Floor(gr, b), R.StreamRead(gr, golems)
             fns = {
                 "kernel": lambda: R.kernel(gr, golems, q, pad, R.NOW_MS, prm),
                 "idiomatic": lambda: idi(golems, q, pad, R.NOW_MS),
                 "tuned": lambda: tun(golems, q, pad, R.NOW_MS),
                 "sgemv": lambda: floor.sgemv(golems, q),
                 "full_mm": lambda: floor.full_mm(golems, q),
-                "stream": lambda: R.stream_read(gr, golems),
+                "stream": stream.one,
             }
             fns["kernel_threads"] = lambda: R.kernel(gr, golems, q, pad, R.NOW_MS, prm, threads=None)
             if mode == "single":
