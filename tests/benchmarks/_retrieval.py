@@ -363,10 +363,11 @@ class StreamRead:
     once, so that a timed call only reads. `one()` on one thread; `threads()` over numba's
     threads: each array's bytes cut into `STREAM_PIECE` pieces, which one parallel call spreads
     over the threads. The pieces are windows of the one buffer the Grimoire's slot arrays share
-    (`grimoire.slot_arrays`), so the threads share no array object: reading them through a list
-    of arrays, each thread counts a reference to each array it takes from the list (an atomic add
-    on memory the threads share), and on the Zen 4 that read took 5.2-6.1 ms where this one takes
-    2.1-3.5 (976 slabs of 1,024)."""
+    (`grimoire.slot_arrays`), so the threads share no array object. Read slab by slab, thirteen
+    short runs a Golem as the kernel walks them, the same bytes take far longer (on the Zen 4,
+    976 slabs of 1,024, two threads: 5.2-5.8 ms, 5.9-6.3 through a list of the arrays, whose
+    reference counts the threads share, against 2.9-3.8 ms this way): that is the kernel's
+    layout, not the memory's speed."""
 
     def __init__(self, gr: Grimoire, golems=None):
         cap = gr.capacity
