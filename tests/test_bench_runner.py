@@ -1,6 +1,7 @@
 """The benchmark tools on a tiny load: the runner (tests/benchmarks/_run.py) times every phase and
 every table's parts and leaves nothing behind; parquet_options.py encodes every table's part with
-each variation, and each reads back as the table."""
+each variation, and each reads back as the table; the retrieval floor reads every byte the scan
+reads, once, on one thread and over numba's threads alike."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from conftest import ROOT, shared_run
@@ -47,3 +49,27 @@ def test_parquet_options_encodes_each_tables_largest_part_every_way(tmp_path_fac
         if r["options"] == "uncompressed" and r["table"] == "heartbeats":
             assert r["mb"] > 1.5 * next(x["mb"] for x in rows if x["table"] == "heartbeats"
                                         and x["options"] == "as recorded")
+
+
+def test_the_floor_reads_every_byte_the_scan_reads_once():
+    """`StreamRead` on one thread and in pieces over the threads gives the xor of exactly the scan's
+    bytes of the Golems asked for (each array's window of 8-byte words, then its last bytes), as
+    numpy computes it here, for a whole arena of slabs of 300 and a window of its Golems."""
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    import _retrieval as R
+    gr = R.build_arena(40, 300, 64)
+    for golems in (None, np.arange(7, 29)):
+        lo, b = (0, 40) if golems is None else (7, 22)
+        want, nbytes = 0, 0
+        for a in R.scan_arrays(gr):
+            w = a.itemsize * (a.shape[1] if a.ndim == 2 else 1)
+            win = a.reshape(-1).view(np.uint8)[lo * 300 * w:(lo + b) * 300 * w]
+            words = win[:win.size // 8 * 8].view(np.uint64)
+            want ^= int(np.bitwise_xor.reduce(words)) if words.size else 0
+            for x in win[words.size * 8:]:
+                want ^= int(x)
+            nbytes += win.size
+        floor = R.StreamRead(gr, golems, piece=4096)     # several pieces an array even here
+        assert nbytes == R.scan_bytes_per_entry(gr) * b * 300
+        assert int((floor.ends - floor.starts).sum()) == nbytes and floor.starts.size > len(R.scan_arrays(gr))
+        assert floor.one() == want and floor.threads() == want

@@ -361,15 +361,15 @@ class StreamRead:
     """Plain read of every byte the kernel's scan reads (`scan_arrays`) for the given Golems'
     (consecutive) slabs, or the whole arena: the memory-bandwidth ceiling of a retrieval. Set up
     once, so that a timed call only reads. `one()` on one thread; `threads()` over numba's
-    threads: each array's bytes cut into `STREAM_PIECE` pieces, which one parallel call spreads
-    over the threads. The pieces are windows of the one buffer the Grimoire's slot arrays share
+    threads: each array's bytes cut into `piece`-byte pieces (a multiple of 8), which one parallel
+    call spreads over the threads. The pieces are windows of the one buffer the Grimoire's slot arrays share
     (`grimoire.slot_arrays`), so the threads share no array object. Read slab by slab, thirteen
     short runs a Golem as the kernel walks them, the same bytes take far longer (on the Zen 4,
     976 slabs of 1,024, two threads: 5.2-5.8 ms, 5.9-6.3 through a list of the arrays, whose
     reference counts the threads share, against 2.9-3.8 ms this way): that is the kernel's
     layout, not the memory's speed."""
 
-    def __init__(self, gr: Grimoire, golems=None):
+    def __init__(self, gr: Grimoire, golems=None, piece: int = STREAM_PIECE):
         cap = gr.capacity
         lo, b = (0, gr.n_golems) if golems is None else (int(golems[0]) * cap, len(golems))
         arrays = scan_arrays(gr)
@@ -381,9 +381,9 @@ class StreamRead:
             raise ValueError("the scan arrays are not views into one buffer (grimoire.slot_arrays)")
         self.buf = base.reshape(-1).view(np.uint8)
         starts = [np.arange(w.ctypes.data - self.buf.ctypes.data, w.ctypes.data - self.buf.ctypes.data + w.size,
-                            STREAM_PIECE, dtype=np.int64) for w in self.windows]
+                            piece, dtype=np.int64) for w in self.windows]
         self.starts = np.concatenate(starts)
-        self.ends = np.concatenate([np.minimum(x + STREAM_PIECE, x[0] + w.size) for x, w in zip(starts, self.windows)])
+        self.ends = np.concatenate([np.minimum(x + piece, x[0] + w.size) for x, w in zip(starts, self.windows)])
 
     def one(self) -> int:
         acc = 0
