@@ -361,13 +361,13 @@ class StreamRead:
     """Plain read of every byte the kernel's scan reads (`scan_arrays`) for the given Golems'
     (consecutive) slabs, or the whole arena: the memory-bandwidth ceiling of a retrieval. Set up
     once, so that a timed call only reads. `one()` on one thread; `threads()` over numba's
-    threads: each array's bytes cut into `piece`-byte pieces (a multiple of 8), which one parallel
-    call spreads over the threads. The pieces are windows of the one buffer the Grimoire's slot arrays share
-    (`grimoire.slot_arrays`), so the threads share no array object. Read slab by slab, thirteen
-    short runs a Golem as the kernel walks them, the same bytes take far longer (on the Zen 4,
-    976 slabs of 1,024, two threads: 5.2-5.8 ms, 5.9-6.3 through a list of the arrays, whose
-    reference counts the threads share, against 2.9-3.8 ms this way): that is the kernel's
-    layout, not the memory's speed."""
+    threads: each array's bytes cut into `piece`-byte pieces (a multiple of 8), which one
+    parallel call spreads over the threads. The pieces are windows of the one buffer the
+    Grimoire's slot arrays share (`grimoire.slot_arrays`), so the threads share no array object.
+    Read slab by slab, thirteen short runs a Golem as the kernel walks them, the same bytes take
+    far longer (on the Zen 4, 976 slabs of 1,024, two threads: 5.2-5.8 ms, 5.9-6.3 through a
+    list of the arrays, whose reference counts the threads share, against 2.9-3.8 ms this way):
+    that is the kernel's layout, not the memory's speed."""
 
     def __init__(self, gr: Grimoire, golems=None, piece: int = STREAM_PIECE):
         cap = gr.capacity

@@ -181,8 +181,8 @@ def retrieval_floor(world, rounds: int = 7) -> dict:
         "sgemv": lambda: floor.sgemv(golems, q),
     }, rounds=rounds, clock=time.perf_counter)
     return {"kernel_s": t["kernel"], "kernel_1t_s": t["kernel_1t"], "stream_s": min(t["stream"], t["stream_1t"]),
-            "stream_threads_s": t["stream"], "stream_1t_s": t["stream_1t"], "sgemv_s": t["sgemv"], "arena_entries": int(gr.count.sum()),
-            "scan_bytes_per_entry": R.scan_bytes_per_entry(gr)}
+            "stream_threads_s": t["stream"], "stream_1t_s": t["stream_1t"], "sgemv_s": t["sgemv"],
+            "arena_entries": int(gr.count.sum()), "scan_bytes_per_entry": R.scan_bytes_per_entry(gr)}
 
 
 def peak_rss_kib() -> int:

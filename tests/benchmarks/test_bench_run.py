@@ -43,7 +43,8 @@ def test_whole_run(benchmark, capacity, record):
     benchmark.extra_info.update(
         golem_ticks_per_s=round(r["golem_ticks_per_s"]), ms_per_cohort_tick=round(1e3 * r["s_per_cohort_tick"], 2),
         floor_ms_per_tick=round(1e3 * floor_tick, 2), tick_over_floor=round(r["s_per_cohort_tick"] / floor_tick, 2),
-        kernel_ms_per_tick=round(1e3 * fl["kernel_s"], 2), sgemv_ms_per_tick=round(1e3 * fl["sgemv_s"], 2), peak_rss_mb=round(r["peak_rss_mb"]),
+        kernel_ms_per_tick=round(1e3 * fl["kernel_s"], 2), sgemv_ms_per_tick=round(1e3 * fl["sgemv_s"], 2),
+        peak_rss_mb=round(r["peak_rss_mb"]),
         bytes_per_entry=r["bytes_per_entry"], peer_golem_ticks_per_s=round(r["peer"]["golem_ticks_per_s"]),
         engine_over_peer=round(r["golem_ticks_per_s"] / r["peer"]["golem_ticks_per_s"], 2), phases_s={k: round(v, 2) for k, v in r["phases_s"].items()})
     assert r["golem_ticks"] > 0
