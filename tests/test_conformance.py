@@ -471,7 +471,8 @@ def test_built_rows_are_the_full_columns_taken(adds, seed):
     for i, (n, how, v) in enumerate(adds):
         col = np.full(n, v, dtype=np.asarray(v).dtype) if how == "rows" else v
         cand.add(rng.standard_normal((n, 4)), [f"T/{i}"] * n, v=col, w=rng.integers(-3, 3, n), k=i)
-    full_emb, full, full_topics = np.concatenate(cand.emb), {k: cand.column(k) for k in cand.cols}, np.concatenate(cand.topics)
+    full_emb, full_topics = np.concatenate(cand.emb), np.concatenate(cand.topics)
+    full = {k: cand.column(k) for k in cand.cols}
     take = rng.permutation(full_emb.shape[0])[:int(rng.integers(0, full_emb.shape[0] + 1))]
     emb, cols, topics = cand.build(take)
     assert emb.tobytes() == full_emb[take].tobytes() and topics.tolist() == full_topics[take].tolist()
