@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.recorder import (SCHEMAS, SORT_KEYS, Formatted, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
+from sim.recorder import (DISTINCT_MIN, SCHEMAS, SORT_KEYS, Formatted, Lists, Names, Recorder, _column, join_strings, json_floats, json_ints,
                           json_int_lists, json_objects, json_objects_by_kind, json_strings, list_column, read_table, signed_fixed2,
                           write_options)
 
@@ -247,6 +247,17 @@ EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.floats(-1, 1) | st.sampled_from(EDGE_FLOATS),
                 max_size=40))
 def test_json_floats_are_what_json_writes(xs):
+    assert json_floats(np.array(xs, dtype=np.float64)).to_pylist() == [json.dumps(x) for x in xs]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.floats(-1, 1) | st.sampled_from(EDGE_FLOATS),
+                min_size=1, max_size=12),
+       st.lists(st.integers(0, 11), min_size=DISTINCT_MIN, max_size=3 * DISTINCT_MIN))
+def test_json_floats_of_a_long_column_with_repeats_are_what_json_writes(pool, picks):
+    """A long column of few distinct values (formatted once each and taken back): the same text,
+    0.0 and -0.0 apart."""
+    xs = [pool[i % len(pool)] for i in picks] + [0.0, -0.0]
     assert json_floats(np.array(xs, dtype=np.float64)).to_pylist() == [json.dumps(x) for x in xs]
 
 
