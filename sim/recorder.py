@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -210,7 +211,7 @@ class Recorder:
         self.buffered = {t: 0 for t in TABLES}
         self.part = part_start
         self.rows = {t: 0 for t in TABLES}
-        self._writing: list[tuple[str, Future]] = []
+        self._writing: list[tuple[str, _Part]] = []
         self._after: list[tuple[int, Future]] = []   # jobs queued behind the parts (`after_parts`), by flush
         self.part_sha: dict[str, str] = {}     # "table/part-NNNNN.parquet" -> sha256 of the bytes written
         self._sizes: dict[tuple[str, str], int] = {}     # rows of each numeric column at the last flush
@@ -225,7 +226,9 @@ class Recorder:
         written now by this thread and the writer together (their sha256 kept)."""
         if background:
             for path, table, cols in parts:
-                self._writing.append((f"{table}/{path.name}", _WRITER.submit(_build_and_write, path, table, cols)))
+                part = _Part(path, table, cols)
+                _WRITER.submit(part.run)
+                self._writing.append((f"{table}/{path.name}", part))
         else:   # the biggest first, so that neither thread is left with a big part at the end
             self.part_sha.update(_build_and_write_shared(sorted(parts, key=lambda p: -_cells(p[2]))))
 
@@ -300,8 +303,9 @@ class Recorder:
         known, writing = dict(self.part_sha), list(self._writing)
 
         def parts() -> dict[str, str]:
-            # the writer runs its queue in order, so every one of these has finished by now
-            return {**known, **{rel: f.result() for rel, f in writing}}
+            # the writer runs its queue in order: each of these is written, or being written by the
+            # simulation thread that claimed it (`_Part`), which `result` waits for
+            return {**known, **{rel: part.done.result() for rel, part in writing}}
         self._after.append((self.part, _WRITER.submit(fn, parts)))
 
     def wait_jobs(self) -> None:
@@ -319,10 +323,12 @@ class Recorder:
         writing, self._writing = (self._writing, []) if parts else ([], self._writing)
         after = [f for n, f in self._after if jobs_before is None or n < jobs_before]
         self._after = [(n, f) for n, f in self._after if not (jobs_before is None or n < jobs_before)]
+        for _, part in reversed(writing):   # the writer takes them from the front
+            part.run()
         first = None
-        for rel, f in writing:
+        for rel, part in writing:
             try:
-                self.part_sha[rel] = f.result()
+                self.part_sha[rel] = part.done.result()
             except BaseException as exc:   # noqa: BLE001 - the first error is the one raised
                 first = first or exc
         for f in after:
@@ -369,6 +375,29 @@ def _first_conversion() -> None:
 
 def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> str:
     return _write_part(path, _build(table, cols))
+
+
+class _Part:
+    """A part handed to the writer thread, built and written by whichever thread claims it first:
+    the writer in its turn, or the simulation thread when it must wait for the part anyway (the
+    next flush after a Clade's push wave, whose parts take the writer seconds), so that the two
+    cores share the backlog instead of one waiting on the other. `done` holds the sha256 or the
+    error."""
+
+    def __init__(self, path: Path, table: str, cols: dict[str, list]):
+        self.args = (path, table, cols)
+        self.done: Future = Future()
+        self._claim = threading.Lock()
+
+    def run(self) -> None:
+        """Build and write the part, unless another thread has claimed it."""
+        if not self._claim.acquire(blocking=False):
+            return
+        args, self.args = self.args, None      # the chunks are freed once written
+        try:
+            self.done.set_result(_build_and_write(*args))
+        except BaseException as exc:   # noqa: BLE001 - raised by whoever waits for the part
+            self.done.set_exception(exc)
 
 
 def _cells(cols: dict[str, list]) -> int:

@@ -239,6 +239,41 @@ def test_the_flush_after_a_job_goes_on_and_the_one_after_that_waits_for_it(tmp_p
     rec.sync()
 
 
+def test_a_flush_that_would_wait_for_the_writer_builds_its_pending_parts_itself(tmp_path, monkeypatch):
+    """Parts the writer thread has not started when a flush (or `sync`) must wait for them are
+    built and written by the waiting thread instead (a push wave's parts take the writer seconds):
+    the same files, and the writer, once free, skips them. A job queued behind them (a checkpoint's
+    commit) still sees every part's sha256."""
+    import threading
+
+    import sim.recorder as recorder
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    writers: list[tuple[str, str]] = []
+    real = recorder._write_part
+
+    def write_part(path, t):
+        writers.append((f"{path.parent.name}/{path.name}", threading.current_thread().name))
+        return real(path, t)
+    monkeypatch.setattr(recorder, "_write_part", write_part)
+    gate = threading.Event()
+    rec = Recorder(tmp_path / "r")
+    rec.after_parts(lambda parts: gate.wait(timeout=10))     # the writer is busy
+    rec.add("events", add)
+    rec.flush(background=True)
+    seen = []
+    rec.after_parts(lambda parts: seen.append(parts()))
+    rec.add("events", add)
+    rec.flush(background=True)                    # waits for part 0, which the writer has not started
+    assert writers == [("events/part-00000.parquet", threading.current_thread().name)]
+    gate.set()
+    rec.sync()
+    assert sorted(rel for rel, _ in writers) == ["events/part-00000.parquet", "events/part-00001.parquet"]
+    assert sorted(seen[0]) == ["events/part-00000.parquet"]
+    assert rec.part_sha["events/part-00000.parquet"] == seen[0]["events/part-00000.parquet"]
+    assert pq.read_table(tmp_path / "r" / "events" / "part-00000.parquet").equals(
+        pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
+
+
 EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
                1e16, 123456789.0, 1.7976931348623157e308, float("nan"), float("inf"), float("-inf"), 0.1 + 0.2]
 
