@@ -919,6 +919,10 @@ class Mind:
             first = np.sort(np.unique(rows["topic"], return_index=True)[1])   # each code's first row names it
             for code, name in zip(rows["topic"][first].tolist(), rows["topic_name"][first].tolist()):
                 self.topics.setdefault(code, str(name))
+        if len(out.entries) > 1:
+            # in id order: a dreamer's curator lessons are numbered before the tick's writes but
+            # come last (`pending_entries`), and a part out of order costs the recorder a sort
+            out.entries.sort(key=lambda rows: int(rows["id"].min()) if len(rows["id"]) else -1)
         if len(out.heartbeats) and out.heartbeats.get("golem_id") is not None and out.heartbeats["golem_id"].size > 1:
             order = np.argsort(out.heartbeats["golem_id"], kind="stable")
             out.heartbeats = {k: v[order] for k, v in out.heartbeats.items()}

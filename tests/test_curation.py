@@ -910,3 +910,23 @@ def test_curator_kernels_give_the_same_bits_on_one_thread_and_all(seed, n_golems
         results.append([fig.tobytes(), cnt.tobytes(), n_low.tobytes(), heat_col.tobytes(), low_conf.tobytes()]
                        + [c[k].tobytes() for k in sorted(c)])
     assert results[0] == results[1]
+
+
+def test_a_ticks_entries_come_in_id_order_with_lessons_numbered_before_its_writes():
+    """A dreamer's curator pass writes its lessons before the tick's own writes are numbered, but
+    they reach the tick's output last (`pending_entries`): the tick hands its entries on in id
+    order, so that the recorder finds each part already sorted."""
+    from golem.heartbeat import TickOutput
+    from minds import mind
+
+    def rows(ids, name):
+        ids = np.asarray(ids, dtype=np.int64)
+        return dict(id=ids, topic=np.full(ids.size, 7), topic_name=np.full(ids.size, name, dtype=object))
+    m = mind()
+    out = TickOutput()
+    out.entries = [rows([10, 11, 12], "ETH/trade"), rows([13], "ETH/insight")]
+    m.pending_entries = [rows([5, 6], "ETH/lesson"), rows([20], "ETH/lesson")]
+    got = m._finish(out)
+    assert [c["id"].tolist() for c in got.entries] == [[5, 6], [10, 11, 12], [13], [20]]
+    assert m.pending_entries == []
+    assert m.topic_name(7) == "ETH/trade"      # the first name a code was seen with in the tick's order
