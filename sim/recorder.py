@@ -324,7 +324,7 @@ class Recorder:
         after = [f for n, f in self._after if jobs_before is None or n < jobs_before]
         self._after = [(n, f) for n, f in self._after if not (jobs_before is None or n < jobs_before)]
         for _, part in reversed(writing):   # the writer takes them from the front
-            part.run()
+            part.run(hand_back=True)
         first = None
         for rel, part in writing:
             try:
@@ -389,15 +389,27 @@ class _Part:
         self.done: Future = Future()
         self._claim = threading.Lock()
 
-    def run(self) -> None:
-        """Build and write the part, unless another thread has claimed it."""
-        if not self._claim.acquire(blocking=False):
-            return
-        args, self.args = self.args, None      # the chunks are freed once written
+    def run(self, hand_back: bool = False) -> None:
+        """Build and write the part, unless another thread has claimed it. `hand_back` (the
+        simulation thread): interrupted at once (a second Ctrl-C), it leaves the part to the writer
+        thread, which builds it again from its chunks (a part file is written whole or not at
+        all), and lets the interrupt go on, so no row is lost and the stop is not delayed."""
+        if self._claim.acquire(blocking=False):
+            self._build(hand_back)
+
+    def _build(self, hand_back: bool = False) -> None:
         try:
-            self.done.set_result(_build_and_write(*args))
-        except BaseException as exc:   # noqa: BLE001 - raised by whoever waits for the part
+            sha = _build_and_write(*self.args)
+        except Exception as exc:   # noqa: BLE001 - raised by whoever waits for the part
             self.done.set_exception(exc)
+        except BaseException as exc:
+            if hand_back:
+                _WRITER.submit(self._build)
+                raise
+            self.done.set_exception(exc)
+        else:
+            self.done.set_result(sha)
+        self.args = None      # the chunks are freed once written
 
 
 def _cells(cols: dict[str, list]) -> int:

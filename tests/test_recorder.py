@@ -274,6 +274,41 @@ def test_a_flush_that_would_wait_for_the_writer_builds_its_pending_parts_itself(
         pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
 
 
+def test_a_part_whose_build_the_simulation_thread_breaks_off_is_written_by_the_writer(tmp_path, monkeypatch):
+    """Interrupted at once while it builds a part it took over (a second Ctrl-C), the simulation
+    thread lets the interrupt go on and leaves the part to the writer thread, which writes it
+    whole: the stop is not delayed and no row is lost."""
+    import threading
+
+    import sim.recorder as recorder
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    real = recorder._write_part
+    writers: list[str] = []
+
+    def write_part(path, t):
+        writers.append(threading.current_thread().name)
+        if len(writers) == 1:          # the first build, the simulation thread's: interrupted
+            raise KeyboardInterrupt
+        return real(path, t)
+    monkeypatch.setattr(recorder, "_write_part", write_part)
+    gate = threading.Event()
+    rec = Recorder(tmp_path / "r")
+    rec.after_parts(lambda parts: gate.wait(timeout=10))     # the writer is busy
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.add("events", add)
+    with pytest.raises(KeyboardInterrupt):
+        rec.flush(background=True)                # takes part 0 over, and is interrupted
+    assert writers == [threading.main_thread().name]
+    gate.set()
+    recorder._WRITER.submit(lambda: None).result()           # the writer's queue, in order, is done
+    assert writers == [threading.main_thread().name, "golem-recorder_0"]   # part 0 again, whole
+    rec.flush(background=True)                    # the rows the interrupted flush kept: part 1
+    rec.sync()
+    assert pq.read_table(tmp_path / "r" / "events" / "part-00000.parquet").equals(
+        pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
+
+
 EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
                1e16, 123456789.0, 1.7976931348623157e308, float("nan"), float("inf"), float("-inf"), 0.1 + 0.2]
 
