@@ -239,30 +239,41 @@ def test_the_flush_after_a_job_goes_on_and_the_one_after_that_waits_for_it(tmp_p
     rec.sync()
 
 
+def _writer_held(tmp_path, monkeypatch, interrupt_first: bool = False):
+    """A Recorder whose writer thread is held by a queued job until `gate` is set, with part 0
+    (three events) queued behind it; `writers` lists (part, thread) for every part written, the
+    first one raising KeyboardInterrupt instead with `interrupt_first`."""
+    import threading
+
+    import sim.recorder as recorder
+    real = recorder._write_part
+    writers: list[tuple[str, str]] = []
+
+    def write_part(path, t):
+        writers.append((f"{path.parent.name}/{path.name}", threading.current_thread().name))
+        if interrupt_first and len(writers) == 1:
+            raise KeyboardInterrupt
+        return real(path, t)
+    monkeypatch.setattr(recorder, "_write_part", write_part)
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    gate = threading.Event()
+    rec = Recorder(tmp_path / "r")
+    recorder._WRITER.submit(gate.wait, 10)        # the writer is busy (with no job the flushes wait for)
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.add("events", add)
+    return rec, gate, writers
+
+
 def test_a_flush_that_would_wait_for_the_writer_builds_its_pending_parts_itself(tmp_path, monkeypatch):
     """Parts the writer thread has not started when a flush (or `sync`) must wait for them are
     built and written by the waiting thread instead (a push wave's parts take the writer seconds):
     the same files, and the writer, once free, skips them. A job queued behind them (a checkpoint's
     commit) still sees every part's sha256."""
     import threading
-
-    import sim.recorder as recorder
-    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
-    writers: list[tuple[str, str]] = []
-    real = recorder._write_part
-
-    def write_part(path, t):
-        writers.append((f"{path.parent.name}/{path.name}", threading.current_thread().name))
-        return real(path, t)
-    monkeypatch.setattr(recorder, "_write_part", write_part)
-    gate = threading.Event()
-    rec = Recorder(tmp_path / "r")
-    rec.after_parts(lambda parts: gate.wait(timeout=10))     # the writer is busy
-    rec.add("events", add)
-    rec.flush(background=True)
+    rec, gate, writers = _writer_held(tmp_path, monkeypatch)
     seen = []
     rec.after_parts(lambda parts: seen.append(parts()))
-    rec.add("events", add)
     rec.flush(background=True)                    # waits for part 0, which the writer has not started
     assert writers == [("events/part-00000.parquet", threading.current_thread().name)]
     gate.set()
@@ -281,32 +292,17 @@ def test_a_part_whose_build_the_simulation_thread_breaks_off_is_written_by_the_w
     import threading
 
     import sim.recorder as recorder
-    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
-    real = recorder._write_part
-    writers: list[str] = []
-
-    def write_part(path, t):
-        writers.append(threading.current_thread().name)
-        if len(writers) == 1:          # the first build, the simulation thread's: interrupted
-            raise KeyboardInterrupt
-        return real(path, t)
-    monkeypatch.setattr(recorder, "_write_part", write_part)
-    gate = threading.Event()
-    rec = Recorder(tmp_path / "r")
-    rec.after_parts(lambda parts: gate.wait(timeout=10))     # the writer is busy
-    rec.add("events", add)
-    rec.flush(background=True)
-    rec.add("events", add)
+    rec, gate, writers = _writer_held(tmp_path, monkeypatch, interrupt_first=True)
+    part0 = "events/part-00000.parquet"
     with pytest.raises(KeyboardInterrupt):
         rec.flush(background=True)                # takes part 0 over, and is interrupted
-    assert writers == [threading.main_thread().name]
+    assert writers == [(part0, threading.main_thread().name)]
     gate.set()
     recorder._WRITER.submit(lambda: None).result()           # the writer's queue, in order, is done
-    assert writers == [threading.main_thread().name, "golem-recorder_0"]   # part 0 again, whole
+    assert writers[1:] == [(part0, "golem-recorder_0")]        # part 0 again, whole
     rec.flush(background=True)                    # the rows the interrupted flush kept: part 1
     rec.sync()
-    assert pq.read_table(tmp_path / "r" / "events" / "part-00000.parquet").equals(
-        pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
+    assert pq.read_table(tmp_path / "r" / part0).equals(pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
 
 
 EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
