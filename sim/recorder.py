@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import threading
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -222,15 +221,24 @@ class Recorder:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
 
     def _write(self, parts: list[tuple[Path, str, dict[str, list]]], background: bool) -> None:
-        """A flush's parts (path, table, chunks): handed to the writer thread, or built and
-        written now by this thread and the writer together (their sha256 kept)."""
-        if background:
-            for path, table, cols in parts:
-                part = _Part(path, table, cols)
-                _WRITER.submit(part.run)
-                self._writing.append((f"{table}/{path.name}", part))
-        else:   # the biggest first, so that neither thread is left with a big part at the end
-            self.part_sha.update(_build_and_write_shared(sorted(parts, key=lambda p: -_cells(p[2]))))
+        """A flush's parts (path, table, chunks), handed to the writer thread biggest first; a
+        caller that waits for them takes the next one the writer has not, in the same order
+        (`_Part`), so that neither thread is left with a big part at the end. A foreground flush
+        (the run's end, a stopped run's last rows) is waited for at once: the caller builds the
+        biggest part, claimed before the writer can take it, then the others the writer has not
+        started, and returns with every sha256 kept (raising the first error once every other part
+        is written)."""
+        jobs = [(f"{table}/{path.name}", _Part(path, table, cols))
+                for path, table, cols in sorted(parts, key=lambda p: -_cells(p[2]))]
+        mine = None if background or not jobs else jobs[0][1]
+        if mine is not None:
+            mine.claim()
+        for _, part in jobs:
+            _WRITER.submit(part.run)
+        self._writing += jobs
+        if mine is not None:
+            mine.build(hand_back=True)
+            self._sync(jobs_before=self.part)      # the jobs before this flush are done already
 
     def add(self, table: str, columns: dict) -> None:
         """Append rows given as a dict of equal-length columns (schema types): numpy arrays, lists,
@@ -323,7 +331,7 @@ class Recorder:
         writing, self._writing = (self._writing, []) if parts else ([], self._writing)
         after = [f for n, f in self._after if jobs_before is None or n < jobs_before]
         self._after = [(n, f) for n, f in self._after if not (jobs_before is None or n < jobs_before)]
-        for _, part in reversed(writing):   # the writer takes them from the front
+        for _, part in writing:      # the next one the writer has not taken, as the writer would
             part.run(hand_back=True)
         first = None
         for rel, part in writing:
@@ -380,31 +388,36 @@ def _build_and_write(path: Path, table: str, cols: dict[str, list]) -> str:
 class _Part:
     """A part handed to the writer thread, built and written by whichever thread claims it first:
     the writer in its turn, or the simulation thread when it must wait for the part anyway (the
-    next flush after a Clade's push wave, whose parts take the writer seconds), so that the two
-    cores share the backlog instead of one waiting on the other. `done` holds the sha256 or the
-    error."""
+    run's last flush; the next flush after a Clade's push wave, whose parts take the writer
+    seconds), so that the two cores share the work instead of one waiting on the other. Most of a
+    build and its encoding run outside the GIL. `done` holds the sha256 or the error."""
 
     def __init__(self, path: Path, table: str, cols: dict[str, list]):
         self.args = (path, table, cols)
         self.done: Future = Future()
         self._claim = threading.Lock()
 
-    def run(self, hand_back: bool = False) -> None:
-        """Build and write the part, unless another thread has claimed it. `hand_back` (the
-        simulation thread): interrupted at once (a second Ctrl-C), it leaves the part to the writer
-        thread, which builds it again from its chunks (a part file is written whole or not at
-        all), and lets the interrupt go on, so no row is lost and the stop is not delayed."""
-        if self._claim.acquire(blocking=False):
-            self._build(hand_back)
+    def claim(self) -> bool:
+        """Whether this thread is the one to build the part (the first to ask)."""
+        return self._claim.acquire(blocking=False)
 
-    def _build(self, hand_back: bool = False) -> None:
+    def run(self, hand_back: bool = False) -> None:
+        """Build and write the part, unless another thread has claimed it."""
+        if self.claim():
+            self.build(hand_back)
+
+    def build(self, hand_back: bool = False) -> None:
+        """Build and write the claimed part. `hand_back` (the simulation thread): interrupted at
+        once (a second Ctrl-C), it leaves the part to the writer thread, which builds it again
+        from its chunks (a part file is written whole or not at all), and lets the interrupt go
+        on, so no row is lost and the stop is not delayed."""
         try:
             sha = _build_and_write(*self.args)
         except Exception as exc:   # noqa: BLE001 - raised by whoever waits for the part
             self.done.set_exception(exc)
         except BaseException as exc:
             if hand_back:
-                _WRITER.submit(self._build)
+                _WRITER.submit(self.build)
                 raise
             self.done.set_exception(exc)
         else:
@@ -417,41 +430,6 @@ def _cells(cols: dict[str, list]) -> int:
     size, near enough to order parts by."""
     return sum(c.values.size if isinstance(c, Lists) else c.n * len(c.columns) if isinstance(c, Formatted)
                else np.size(c) if isinstance(c, np.ndarray) else len(c) for chunks in cols.values() for c in chunks)
-
-
-def _build_and_write_shared(parts: list[tuple[Path, str, dict[str, list]]]) -> dict[str, str]:
-    """Build and write `parts` (biggest first) on the calling thread and the writer thread at
-    once, each taking the next part when it is free: the caller is waiting for them anyway (the
-    run's end, a stopped run's last rows), and most of a part's build and encoding runs outside
-    the GIL, so two cores finish sooner than one. Returns the sha256 of each part by
-    "table/part" path; raises the first error once both threads are done (every other part is
-    still written)."""
-    todo = deque(parts)
-    done: dict[str, str] = {}
-    errors: list[BaseException] = []
-
-    def take():
-        try:
-            return todo.popleft()
-        except IndexError:      # none left (the other thread may have taken the last)
-            return None
-
-    def work(part) -> None:
-        while part is not None:
-            path, table, cols = part
-            try:
-                done[f"{table}/{path.name}"] = _build_and_write(path, table, cols)
-            except BaseException as exc:   # noqa: BLE001 - raised by the caller below
-                errors.append(exc)
-            part = take()
-    mine = take()   # the biggest is the caller's: a writer slow to start never holds it
-    helper = _WRITER.submit(lambda: work(take())) if todo else None
-    work(mine)
-    if helper is not None:
-        helper.result()
-    if errors:
-        raise errors[0]
-    return done
 
 
 def _build(table: str, cols: dict[str, list]) -> pa.Table:

@@ -542,8 +542,9 @@ def _any_rows(table: str, n: int, at: int = 0) -> dict:
 
 def test_a_foreground_flush_builds_its_parts_on_both_threads_into_the_same_files(tmp_path, monkeypatch):
     """The run's last flush (and a stopped run's) builds its parts on the calling thread and the
-    writer thread at once, the biggest first and the caller's: the same files and sha256 as the
-    writer thread alone writes; a part that fails is raised once every other part is written."""
+    writer thread at once, the biggest the caller's even beside a writer that takes every part it
+    is handed at once: the same files and sha256 as the writer thread alone writes; a part that
+    fails is raised once every other part is written."""
     import threading
 
     import sim.recorder as R
@@ -575,12 +576,14 @@ def test_a_foreground_flush_builds_its_parts_on_both_threads_into_the_same_files
         assert (tmp_path / "shared" / part).read_bytes() == (tmp_path / "alone" / part).read_bytes()
 
     class Eager:
-        """A writer that has taken its first part by the time `submit` returns."""
+        """A writer that has done each job by the time `submit` returns (built the part, unless the
+        caller claimed it first)."""
 
         def submit(self, fn):
             done = R.Future()
-            threading.Thread(target=lambda: done.set_result(fn())).start()
-            assert writer_busy.wait(5)
+            job = threading.Thread(target=lambda: done.set_result(fn()))
+            job.start()
+            job.join(5)
             return done
     took.clear()
     writer_busy.clear()
