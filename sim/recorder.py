@@ -226,8 +226,10 @@ class Recorder:
         (`_Part`), so that neither thread is left with a big part at the end. A foreground flush
         (the run's end, a stopped run's last rows) is waited for at once: the caller builds the
         biggest part, claimed before the writer can take it, then the others the writer has not
-        started, and returns with every sha256 kept (raising the first error once every other part
-        is written)."""
+        started, and returns once every part and every job queued by `after_parts` is done (a
+        stopped run's last checkpoint commit among them: the run directory does not change after
+        the run has returned), with every sha256 kept, raising the first error once every other
+        one has landed."""
         jobs = [(f"{table}/{path.name}", _Part(path, table, cols))
                 for path, table, cols in sorted(parts, key=lambda p: -_cells(p[2]))]
         mine = None if background or not jobs else jobs[0][1]
@@ -238,7 +240,7 @@ class Recorder:
         self._writing += jobs
         if mine is not None:
             mine.build(hand_back=True)
-            self._sync(jobs_before=self.part)      # the jobs before this flush are done already
+            self._sync(jobs_before=None)
 
     def add(self, table: str, columns: dict) -> None:
         """Append rows given as a dict of equal-length columns (schema types): numpy arrays, lists,
@@ -306,8 +308,8 @@ class Recorder:
         """Run `fn(parts)` on the writer thread once every part handed to it so far is on disk (a
         checkpoint's commit). `parts()` returns the sha256 of every part written, by path, or
         raises the error of one that failed. The flush after next waits for it (the next one does
-        not, so the run goes on while it works), as do `wait_jobs` and `sync`, which raise `fn`'s
-        own error."""
+        not, so the run goes on while it works, unless it is a foreground flush), as do `wait_jobs`
+        and `sync`, which raise `fn`'s own error."""
         known, writing = dict(self.part_sha), list(self._writing)
 
         def parts() -> dict[str, str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +238,34 @@ def test_the_flush_after_a_job_goes_on_and_the_one_after_that_waits_for_it(tmp_p
     with pytest.raises(ZeroDivisionError):
         rec.wait_jobs()
     rec.sync()
+
+
+def test_the_runs_last_flush_returns_once_the_job_before_it_is_done(tmp_path):
+    """A stopped run's last flush (foreground) builds its parts itself while the writer is still
+    busy with the previous checkpoint's commit; it returns only once that commit is done too, so
+    the run directory (its checkpoints pruned to the last two) does not change after the run has
+    returned, and the commit's error is the flush's."""
+    import threading
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    rec = Recorder(tmp_path / "r")
+    started, ran = threading.Event(), []
+
+    def commit(parts):
+        started.set()
+        time.sleep(0.3)
+        ran.append(sorted(parts()))
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.after_parts(commit)
+    assert started.wait(10)
+    rec.add("events", add)
+    assert rec.flush() == ["events/part-00001.parquet"]
+    assert ran == [["events/part-00000.parquet"]]
+    rec.after_parts(lambda parts: 1 / 0)
+    rec.add("events", add)
+    with pytest.raises(ZeroDivisionError):
+        rec.flush()
+    assert (tmp_path / "r" / "events" / "part-00002.parquet").exists()
 
 
 def _writer_held(tmp_path, monkeypatch, interrupt_first: bool = False):
