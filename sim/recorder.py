@@ -330,11 +330,13 @@ class Recorder:
     def _sync(self, jobs_before: int | None, parts: bool = True) -> None:
         """Wait for the parts (`parts`) and for the jobs queued before flush `jobs_before` (all
         with None); re-raises the first error once every one waited for has landed or failed."""
-        writing, self._writing = (self._writing, []) if parts else ([], self._writing)
+        writing = self._writing if parts else []
+        for _, part in writing:      # the next one the writer has not taken, as the writer would
+            part.run(hand_back=True)     # interrupted, it is handed back and still waited for
+        if parts:
+            self._writing = []
         after = [f for n, f in self._after if jobs_before is None or n < jobs_before]
         self._after = [(n, f) for n, f in self._after if not (jobs_before is None or n < jobs_before)]
-        for _, part in writing:      # the next one the writer has not taken, as the writer would
-            part.run(hand_back=True)
         first = None
         for rel, part in writing:
             try:

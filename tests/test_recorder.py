@@ -317,20 +317,19 @@ def test_a_flush_that_would_wait_for_the_writer_builds_its_pending_parts_itself(
 def test_a_part_whose_build_the_simulation_thread_breaks_off_is_written_by_the_writer(tmp_path, monkeypatch):
     """Interrupted at once while it builds a part it took over (a second Ctrl-C), the simulation
     thread lets the interrupt go on and leaves the part to the writer thread, which writes it
-    whole: the stop is not delayed and no row is lost."""
+    whole: the stop is not delayed and no row is lost, and the stopped run's last flush waits for
+    that part (its sha256 kept) as for any other."""
     import threading
 
-    import sim.recorder as recorder
     rec, gate, writers = _writer_held(tmp_path, monkeypatch, interrupt_first=True)
     part0 = "events/part-00000.parquet"
     with pytest.raises(KeyboardInterrupt):
         rec.flush(background=True)                # takes part 0 over, and is interrupted
     assert writers == [(part0, threading.main_thread().name)]
-    gate.set()
-    recorder._WRITER.submit(lambda: None).result()           # the writer's queue, in order, is done
-    assert writers[1:] == [(part0, "golem-recorder_0")]        # part 0 again, whole
-    rec.flush(background=True)                    # the rows the interrupted flush kept: part 1
-    rec.sync()
+    threading.Timer(0.3, gate.set).start()        # the writer is free only after the last flush began
+    rec.flush()                                   # the rows the interrupted flush kept: part 1
+    assert (part0, "golem-recorder_0") in writers               # part 0 again, whole, by the writer
+    assert sorted(rec.part_sha) == [part0, "events/part-00001.parquet"]
     assert pq.read_table(tmp_path / "r" / part0).equals(pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
 
 
