@@ -412,16 +412,17 @@ class _Part:
 
     def build(self, hand_back: bool = False) -> None:
         """Build and write the claimed part. `hand_back` (the simulation thread): interrupted at
-        once (a second Ctrl-C), it leaves the part to the writer thread, which builds it again
-        from its chunks (a part file is written whole or not at all), and lets the interrupt go
-        on, so no row is lost and the stop is not delayed."""
+        once (a second Ctrl-C), it leaves the part, still claimed, to a thread of its own, which
+        builds it again from its chunks (a part file is written whole or not at all), and lets the
+        interrupt go on, so no row is lost and the stop is not delayed. Not the writer thread: a
+        checkpoint's commit there may be waiting for this very part."""
         try:
             sha = _build_and_write(*self.args)
         except Exception as exc:   # noqa: BLE001 - raised by whoever waits for the part
             self.done.set_exception(exc)
         except BaseException as exc:
             if hand_back:
-                _WRITER.submit(self.build)
+                threading.Thread(target=self.build, name="golem-recorder-handback").start()
                 raise
             self.done.set_exception(exc)
         else:

@@ -316,21 +316,60 @@ def test_a_flush_that_would_wait_for_the_writer_builds_its_pending_parts_itself(
 
 def test_a_part_whose_build_the_simulation_thread_breaks_off_is_written_by_the_writer(tmp_path, monkeypatch):
     """Interrupted at once while it builds a part it took over (a second Ctrl-C), the simulation
-    thread lets the interrupt go on and leaves the part to the writer thread, which writes it
-    whole: the stop is not delayed and no row is lost, and the stopped run's last flush waits for
-    that part (its sha256 kept) as for any other."""
+    thread lets the interrupt go on and leaves the part to a thread of its own, which writes it
+    whole while the writer thread is still busy: the stop is not delayed and no row is lost, and
+    the stopped run's last flush waits for that part (its sha256 kept) as for any other."""
     import threading
 
     rec, gate, writers = _writer_held(tmp_path, monkeypatch, interrupt_first=True)
     part0 = "events/part-00000.parquet"
     with pytest.raises(KeyboardInterrupt):
         rec.flush(background=True)                # takes part 0 over, and is interrupted
-    assert writers == [(part0, threading.main_thread().name)]
+    assert writers[0] == (part0, threading.main_thread().name)
     threading.Timer(0.3, gate.set).start()        # the writer is free only after the last flush began
     rec.flush()                                   # the rows the interrupted flush kept: part 1
-    assert (part0, "golem-recorder_0") in writers               # part 0 again, whole, by the writer
+    assert (part0, "golem-recorder-handback") in writers         # part 0 again, whole
     assert sorted(rec.part_sha) == [part0, "events/part-00001.parquet"]
     assert pq.read_table(tmp_path / "r" / part0).equals(pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
+
+
+def test_a_part_handed_back_while_a_commit_waits_for_it_is_still_written(tmp_path, monkeypatch):
+    """The writer thread is in a checkpoint's commit, waiting for a part the simulation thread took
+    over, when the simulation thread is stopped at once (a second Ctrl-C) in that part: the part
+    is written all the same and the commit ends with its sha256 (queued behind the commit on the
+    writer thread, the part would never be written and the commit would wait for ever)."""
+    import threading
+
+    import sim.recorder as recorder
+    real = recorder._write_part
+    gate, in_commit, committed, seen = threading.Event(), threading.Event(), threading.Event(), []
+
+    def write_part(path, t):
+        if threading.current_thread() is threading.main_thread():
+            gate.set()                            # the writer skips part 0 (claimed) and enters the commit
+            assert in_commit.wait(10)
+            time.sleep(0.1)                       # ... and waits there for part 0
+            raise KeyboardInterrupt
+        return real(path, t)
+    monkeypatch.setattr(recorder, "_write_part", write_part)
+
+    def commit(parts):
+        in_commit.set()
+        seen.append(sorted(parts()))
+        committed.set()
+    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
+    rec = Recorder(tmp_path / "r")
+    recorder._WRITER.submit(gate.wait, 10)        # the writer is busy until the steal begins
+    rec.add("events", add)
+    rec.flush(background=True)
+    rec.after_parts(commit)
+    with pytest.raises(KeyboardInterrupt):
+        rec.sync()                                # takes part 0 over, and is interrupted
+    ended = committed.wait(10)
+    if not ended:                                 # free the writer thread for the other tests
+        rec._writing[0][1].done.set_exception(RuntimeError("never written"))
+    assert ended and seen == [["events/part-00000.parquet"]]
+    rec.sync()
 
 
 EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e8, 999999999.5, 1e9, 3.07e10, 1e10, 0.5, 1e-4, 9.99e-5, 1e-5, -2e-7, 5e-324, 1e15, 9.999999999999998e14,
