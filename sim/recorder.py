@@ -329,25 +329,28 @@ class Recorder:
 
     def _sync(self, jobs_before: int | None, parts: bool = True) -> None:
         """Wait for the parts (`parts`) and for the jobs queued before flush `jobs_before` (all
-        with None); re-raises the first error once every one waited for has landed or failed."""
+        with None); re-raises the first error once every one waited for has landed or failed.
+        Interrupted at once (a second Ctrl-C, while it builds a part or waits for one), it lets
+        the interrupt go on and keeps every part and job on its lists: the stopped run's last
+        flush waits for them."""
         writing = self._writing if parts else []
+        after = [(n, f) for n, f in self._after if jobs_before is None or n < jobs_before]
         for _, part in writing:      # the next one the writer has not taken, as the writer would
-            part.run(hand_back=True)     # interrupted, it is handed back and still waited for
+            part.run(hand_back=True)
+        first = None
+        for fut in [part.done for _, part in writing] + [f for _, f in after]:
+            try:
+                fut.result()
+            except BaseException as exc:   # noqa: BLE001 - the first error is the one raised
+                if not fut.done():         # the wait itself was interrupted
+                    raise
+                first = first or exc
+        for rel, part in writing:
+            if part.done.exception() is None:
+                self.part_sha[rel] = part.done.result()
         if parts:
             self._writing = []
-        after = [f for n, f in self._after if jobs_before is None or n < jobs_before]
-        self._after = [(n, f) for n, f in self._after if not (jobs_before is None or n < jobs_before)]
-        first = None
-        for rel, part in writing:
-            try:
-                self.part_sha[rel] = part.done.result()
-            except BaseException as exc:   # noqa: BLE001 - the first error is the one raised
-                first = first or exc
-        for f in after:
-            try:
-                f.result()
-            except BaseException as exc:   # noqa: BLE001
-                first = first or exc
+        self._after = [job for job in self._after if job not in after]
         if first is not None:
             raise first
 

@@ -333,6 +333,34 @@ def test_a_part_whose_build_the_simulation_thread_breaks_off_is_written_by_the_w
     assert pq.read_table(tmp_path / "r" / part0).equals(pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
 
 
+def test_a_flush_stopped_while_it_waits_for_a_part_keeps_waiting_for_it_at_the_last_flush(tmp_path, monkeypatch):
+    """A second Ctrl-C while a flush waits for a part the writer thread is writing: the interrupt
+    goes on at once, and the stopped run's last flush still waits for that part and keeps its
+    sha256 (the manifest is hashed after it has landed)."""
+    import threading
+    from concurrent.futures import Future
+
+    class Interrupted(Future):
+        """A wait interrupted once by a signal, as `Future.result` is when SIGINT arrives."""
+        def result(self, timeout=None):
+            if not self.done() and not getattr(self, "hit", False):
+                self.hit = True
+                raise KeyboardInterrupt
+            return super().result(timeout)
+
+    rec, gate, writers = _writer_held(tmp_path, monkeypatch)
+    part0 = rec._writing[0][1]
+    assert part0.claim()                          # the writer's, as if it had started it
+    part0.done = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        rec.flush(background=True)
+    gate.set()
+    threading.Timer(0.2, part0.build).start()     # the writer finishes part 0 later
+    rec.flush()
+    assert sorted(rec.part_sha) == ["events/part-00000.parquet", "events/part-00001.parquet"]
+    assert pq.read_table(tmp_path / "r" / "events" / "part-00000.parquet").num_rows == 3
+
+
 def test_a_part_handed_back_while_a_commit_waits_for_it_is_still_written(tmp_path, monkeypatch):
     """The writer thread is in a checkpoint's commit, waiting for a part the simulation thread took
     over, when the simulation thread is stopped at once (a second Ctrl-C) in that part: the part
