@@ -314,7 +314,7 @@ def test_a_flush_that_would_wait_for_the_writer_builds_its_pending_parts_itself(
         pq.read_table(tmp_path / "r" / "events" / "part-00001.parquet"))
 
 
-def test_a_part_whose_build_the_simulation_thread_breaks_off_is_written_by_the_writer(tmp_path, monkeypatch):
+def test_a_part_whose_build_the_simulation_thread_breaks_off_is_written_whole_by_another_thread(tmp_path, monkeypatch):
     """Interrupted at once while it builds a part it took over (a second Ctrl-C), the simulation
     thread lets the interrupt go on and leaves the part to a thread of its own, which writes it
     whole while the writer thread is still busy: the stop is not delayed and no row is lost, and
