@@ -238,8 +238,9 @@ class Recorder:
         for _, part in jobs:
             _WRITER.submit(part.run)
         self._writing += jobs
-        if mine is not None:
-            mine.build(hand_back=True)
+        if not background:          # with no rows to write too: a checkpoint's commit may be running
+            if mine is not None:
+                mine.build(hand_back=True)
             self._sync(jobs_before=None)
 
     def add(self, table: str, columns: dict) -> None:

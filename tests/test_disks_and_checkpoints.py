@@ -24,6 +24,7 @@ import pytest
 from conftest import cli, golem_process as golem
 
 from sim import checkpoint as ckm
+from sim import recorder
 from sim.recorder import TABLES, content_hashes, table_files
 from sim.run import RunFailed, execute
 
@@ -297,6 +298,39 @@ def stopped(ref, tmp_path_factory):
     states = sorted((out / "checkpoint").glob("state-*.json"))
     assert len(states) == 2
     return out
+
+
+def test_a_stopped_runs_directory_does_not_change_after_the_run_has_returned(ref, tmp_path, monkeypatch):
+    """Stopped (Ctrl-C) just after a flush queued its checkpoint's commit, whose prune of the older
+    states is slow here: the run's last flush waits for that commit, so once the run has returned
+    nothing in its directory changes (a copy or a resume made then sees the states it will keep)."""
+    import signal
+    import time
+
+    import sim.run as run_module
+    from sim.world import RunInterrupted
+    d, _ = ref
+    saves, real_save, real_prune = [], run_module.maybe_save, ckm._prune
+
+    def save(world, ckdir):
+        saves.append(world.env.now)
+        if len(saves) == 3:
+            world.stop_signal = signal.SIGINT            # the first Ctrl-C: stop between two events
+        return real_save(world, ckdir, budget=float("inf"))
+
+    def prune(ckdir, part):
+        if len(saves) >= 3:
+            time.sleep(0.5)
+        real_prune(ckdir, part)
+    monkeypatch.setattr(run_module, "maybe_save", save)
+    monkeypatch.setattr(ckm, "_prune", prune)
+    out = tmp_path / "run"
+    with pytest.raises(RunInterrupted):
+        execute(d / "s.yaml", out, environ={})
+    listing = {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file()}
+    recorder._WRITER.submit(lambda: None).result()      # whatever the writer thread still had queued
+    assert {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file()} == listing
+    assert len(sorted((out / "checkpoint").glob("state-*.json"))) == 2
 
 
 def _copy(stopped, tmp_path) -> Path:

@@ -244,7 +244,7 @@ def test_the_runs_last_flush_returns_once_the_job_before_it_is_done(tmp_path):
     """A stopped run's last flush (foreground) builds its parts itself while the writer is still
     busy with the previous checkpoint's commit; it returns only once that commit is done too, so
     the run directory (its checkpoints pruned to the last two) does not change after the run has
-    returned, and the commit's error is the flush's."""
+    returned, and the commit's error is the flush's. So does one with no rows to write."""
     import threading
     add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
     rec = Recorder(tmp_path / "r")
@@ -261,11 +261,13 @@ def test_the_runs_last_flush_returns_once_the_job_before_it_is_done(tmp_path):
     rec.add("events", add)
     assert rec.flush() == ["events/part-00001.parquet"]
     assert ran == [["events/part-00000.parquet"]]
+    rec.after_parts(commit)
+    assert rec.flush() == [] and len(ran) == 2          # with no rows to write, too
     rec.after_parts(lambda parts: 1 / 0)
     rec.add("events", add)
     with pytest.raises(ZeroDivisionError):
         rec.flush()
-    assert (tmp_path / "r" / "events" / "part-00002.parquet").exists()
+    assert (tmp_path / "r" / "events" / "part-00003.parquet").exists()
 
 
 def _writer_held(tmp_path, monkeypatch, interrupt_first: bool = False):
