@@ -319,6 +319,22 @@ def test_imports_have_tier_ttl_0_and_their_sources_confidence(tmp_path):
     assert np.allclose(w2.gr.cols["confidence"][w2.gr.cols["id"] >= 0], 0.2)
 
 
+def test_the_prefill_is_the_same_in_any_chunks(tmp_path, monkeypatch):
+    """The prefill draws and inserts its imports chunk by chunk (the next chunk's normals drawn on
+    another thread while one is inserted): in chunks of 7 entries, across Golems, the Grimoire
+    holds exactly what one chunk gives (every column, the codes and the scan terms)."""
+    import sim.world as world
+    text = "name: w\nduration: 1h\nseed: 1\ngolems:\n  - {count: 3, prefill: 50}\n  - {count: 2, prefill: 22}\n"
+    whole = _world(tmp_path, text=text).gr
+    monkeypatch.setattr(world, "PREFILL_CHUNK", 7)
+    pieces = _world(tmp_path, text=text, name="w2").gr
+    assert int((whole.cols["id"] >= 0).sum()) == 194
+    for name, col in whole.cols.items():
+        assert np.array_equal(col, pieces.cols[name], equal_nan=col.dtype.kind == "f"), name
+    for name in ("codes", "norm2", "recency", "charge"):
+        assert np.array_equal(getattr(whole, name), getattr(pieces, name)), name
+
+
 # ----------------------------------------------------------------------------- §2.6 reactivation
 def _tagged(m, g, emb, topics, created=0):
     n = len(topics)
