@@ -236,9 +236,9 @@ class World:
         g = self.cfg.grimoire
         base_days = gm.effective_window_days(gm.REGIME, 0.0, 0.0, (g.ephemeral_days, g.tactical_days,
                                                                     g.regime_conditional_days))
-        # the next chunk's normals are drawn on a thread of their own while this chunk is inserted
-        # (numpy's generator leaves the GIL while it fills an array): the same draws in the same
-        # order, about half the wall time of this loop on two cores
+        # the next chunk's normals are drawn on a thread of their own while this chunk is normalised
+        # and inserted (numpy's generator leaves the GIL while it fills an array): the same draws in
+        # the same order, and the draws, about half of this loop's time, overlap the rest
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-prefill") as drawer:
             draw = drawer.submit(rng.standard_normal, (chunks[0][1] - chunks[0][0], gr.dim))
             for i, (lo, hi) in enumerate(chunks):
