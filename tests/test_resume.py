@@ -176,23 +176,29 @@ def test_checkpoints_keep_to_their_wall_time_budget(monkeypatch, tmp_path):
     """Saves keep within the budget from the first flush on: the first waits until the run has
     lasted its estimated cost / budget, later ones until the last save's measured cost fits."""
     from types import SimpleNamespace
-    saved = []
+    saved, clock = [], [1000.0]         # the wall clock the rule reads, moved by the test alone
+
+    def sleep(s):
+        clock[0] += s
 
     def slow_save(world, ckdir):
-        time.sleep(0.02)
-        saved.append(time.perf_counter())
+        sleep(0.02)
+        saved.append(clock[0])
         return ckdir
+    monkeypatch.setattr(ckm, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(ckm, "save", slow_save)
     monkeypatch.setattr(ckm, "SAVE_RATE", 1e6)
     # 200 used slots x 100 B = 20 kB: estimated 0.02 s, so 0.2 s of run at a 10 % budget
     world = SimpleNamespace(gr=SimpleNamespace(count=np.array([150, 50]), bytes_per_entry=lambda: 100.0))
     assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # 0.02 s > 10 % of 0 s
-    time.sleep(0.1)
+    sleep(0.1)
     assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # 0.02 s > 10 % of 0.1 s
-    time.sleep(0.15)                                                        # 0.02 s <= 10 % of 0.25 s
+    sleep(0.15)                                                             # 0.02 s <= 10 % of 0.25 s
     assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path
-    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # measured 0.02 s > 10 % of ~0 s
-    time.sleep(0.25)
-    assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # measured 0.02 s > 10 % of 0 s
+    sleep(0.19)
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) is None              # 0.02 s > 10 % of 0.19 s
+    sleep(0.02)
+    assert ckm.maybe_save(world, tmp_path, budget=0.1) == tmp_path          # 0.02 s <= 10 % of 0.21 s
     assert len(saved) == 2
     assert ckm.maybe_save(SimpleNamespace(), tmp_path, budget=0.1) == tmp_path   # nothing to write: at once
