@@ -327,9 +327,11 @@ def test_a_stopped_runs_directory_does_not_change_after_the_run_has_returned(ref
     out = tmp_path / "run"
     with pytest.raises(RunInterrupted):
         execute(d / "s.yaml", out, environ={})
-    listing = {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file()}
+    def listing():
+        return {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file()}
+    returned = listing()
     recorder._WRITER.submit(lambda: None).result()      # whatever the writer thread still had queued
-    assert {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file()} == listing
+    assert listing() == returned
     assert len(sorted((out / "checkpoint").glob("state-*.json"))) == 2
 
 

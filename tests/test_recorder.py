@@ -270,24 +270,27 @@ def test_the_runs_last_flush_returns_once_the_job_before_it_is_done(tmp_path):
     assert (tmp_path / "r" / "events" / "part-00003.parquet").exists()
 
 
-def _writer_held(tmp_path, monkeypatch, interrupt_first: bool = False):
+def _writer_held(tmp_path, monkeypatch, interrupt_first: bool = False, before_interrupt=None):
     """A Recorder whose writer thread is held by a queued job until `gate` is set, with part 0
     (three events) queued behind it; `writers` lists (part, thread) for every part written, the
-    first one raising KeyboardInterrupt instead with `interrupt_first`."""
+    first one raising KeyboardInterrupt instead with `interrupt_first` (after
+    `before_interrupt(gate)`)."""
     import threading
 
     import sim.recorder as recorder
     real = recorder._write_part
     writers: list[tuple[str, str]] = []
+    gate = threading.Event()
 
     def write_part(path, t):
         writers.append((f"{path.parent.name}/{path.name}", threading.current_thread().name))
         if interrupt_first and len(writers) == 1:
+            if before_interrupt is not None:
+                before_interrupt(gate)
             raise KeyboardInterrupt
         return real(path, t)
     monkeypatch.setattr(recorder, "_write_part", write_part)
     add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
-    gate = threading.Event()
     rec = Recorder(tmp_path / "r")
     recorder._WRITER.submit(gate.wait, 10)        # the writer is busy (with no job the flushes wait for)
     rec.add("events", add)
@@ -369,29 +372,18 @@ def test_a_part_handed_back_while_a_commit_waits_for_it_is_still_written(tmp_pat
     is written all the same and the commit ends with its sha256 (queued behind the commit on the
     writer thread, the part would never be written and the commit would wait for ever)."""
     import threading
+    in_commit, committed, seen = threading.Event(), threading.Event(), []
 
-    import sim.recorder as recorder
-    real = recorder._write_part
-    gate, in_commit, committed, seen = threading.Event(), threading.Event(), threading.Event(), []
-
-    def write_part(path, t):
-        if threading.current_thread() is threading.main_thread():
-            gate.set()                            # the writer skips part 0 (claimed) and enters the commit
-            assert in_commit.wait(10)
-            time.sleep(0.1)                       # ... and waits there for part 0
-            raise KeyboardInterrupt
-        return real(path, t)
-    monkeypatch.setattr(recorder, "_write_part", write_part)
+    def commit_then_interrupt(gate):
+        gate.set()                                # the writer skips part 0 (claimed) and enters the commit
+        assert in_commit.wait(10)
+        time.sleep(0.1)                           # ... and waits there for part 0
 
     def commit(parts):
         in_commit.set()
         seen.append(sorted(parts()))
         committed.set()
-    add = _events([3, 1, 2], ["dream", "curator", "dream"], [0.5, 1.0, np.nan])
-    rec = Recorder(tmp_path / "r")
-    recorder._WRITER.submit(gate.wait, 10)        # the writer is busy until the steal begins
-    rec.add("events", add)
-    rec.flush(background=True)
+    rec, _, writers = _writer_held(tmp_path, monkeypatch, interrupt_first=True, before_interrupt=commit_then_interrupt)
     rec.after_parts(commit)
     with pytest.raises(KeyboardInterrupt):
         rec.sync()                                # takes part 0 over, and is interrupted
@@ -399,6 +391,7 @@ def test_a_part_handed_back_while_a_commit_waits_for_it_is_still_written(tmp_pat
     if not ended:                                 # free the writer thread for the other tests
         rec._writing[0][1].done.set_exception(RuntimeError("never written"))
     assert ended and seen == [["events/part-00000.parquet"]]
+    assert writers[1] == ("events/part-00000.parquet", "golem-recorder-handback")
     rec.sync()
 
 
