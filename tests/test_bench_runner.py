@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import ROOT, shared_run
 from sim.recorder import TABLES, table_files
@@ -30,6 +33,51 @@ def test_whole_run_times_every_phase_and_removes_its_tables(tmp_path):
     parts = r["parts_cpu_s"]
     assert {"heartbeats", "retrievals", "entries", "market"} <= set(parts) <= set(TABLES)
     assert all(p["build"] > 0 and p["write"] > 0 for p in parts.values()), parts
+    # CPU over the run: the simulation thread's is its phases' (they cover the run); the process's
+    # holds it and the other threads'
+    assert r["cores"] >= 1
+    assert abs(r["thread_cpu_s"] - sum(r["phases_cpu_s"].values())) <= 0.05 * r["thread_cpu_s"]
+    assert r["process_cpu_s"] >= r["thread_cpu_s"] > 0
+
+
+def test_run_cpu_counts_every_threads_cpu_over_the_run(monkeypatch):
+    """`RunCpu` around World.run: another thread's work is in the process's CPU time and not in
+    the simulation thread's, which here only waits for it."""
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    import _run
+    import sim.world as W
+
+    def burn():
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+
+    def run(world, until_s):
+        worker = threading.Thread(target=burn)
+        worker.start()
+        worker.join()
+        return until_s
+    monkeypatch.setattr(W.World, "run", run)
+    cpu = _run.RunCpu()
+    cpu.install()
+    assert W.World.run(None, 7.0) == 7.0
+    assert cpu.process_s >= 0.19 and cpu.thread_s < 0.05, (cpu.process_s, cpu.thread_s)
+
+
+def test_the_report_bounds_a_run_by_its_cpu_over_its_cores():
+    """29 ms of CPU a tick on 2 cores: no less than 14.5 ms a tick, so at most 1,000 / 14.5 ms =
+    68,966 Golem-ticks/s; against a peer at 25,000, measured 2.00 x and at most 2.76 x."""
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    import report
+    run = {"process_cpu_s": 58.0, "cores": 2, "cohort_ticks": 2000, "golem_ticks": 2_000_000}
+    b = report.cores_bound(run)
+    assert b["cpu_ms_per_tick"] == pytest.approx(29.0)
+    assert b["least_ms_per_tick"] == pytest.approx(14.5)
+    assert b["most_golem_ticks_per_s"] == pytest.approx(2_000_000 / 29.0)
+    table = report.peers_table({"rounds": [{
+        "engine": {"golem_ticks_per_s": 50_000.0, "cores": 2, **b},
+        "numpy": {"golem_ticks_per_s": 25_000.0, "engine_over_peer": 2.0}}]})
+    assert table.splitlines()[2] == "| 1 | 50,000 | 68,966 (2) | 25,000 | 2.00 | 2.76 |"
 
 
 def test_parquet_options_encodes_each_tables_largest_part_every_way(tmp_path_factory):

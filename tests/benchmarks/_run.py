@@ -28,6 +28,10 @@ takes from the second core while the retrieval kernel wants both.
 Each phase also gets the simulation thread's CPU time (`phases_cpu_s`); where a phase's wall time
 exceeds it, the thread waited (for the GIL the writer thread holds, or for a core).
 
+And the CPU time of the whole process over the run (`process_cpu_s`: every thread, the writer's and
+numba's workers' with the simulation thread's `thread_cpu_s`) and the cores it may use (`cores`):
+no packing of its threads runs it in less than process_cpu_s / cores.
+
 After the run, in the same process, it measures the retrieval floor of one cohort tick on the
 final arena (a stream read of every byte the kernel's scan reads, over numba's threads and on one
 thread: the floor is the faster of the two), the kernel on the same arena and queries (as the
@@ -159,6 +163,41 @@ class PartsTimer:
         R._build, R._write_part = timed_build, timed_write
 
 
+class RunCpu:
+    """CPU time over `World.run` (the run's wall time `run_s`, not the setup): the whole process's,
+    every thread's user + system time (`process_s`), and the simulation thread's own (`thread_s`).
+    The difference is the writer thread's and numba's workers'. Over the machine's cores the
+    process's CPU time bounds the run from below: it cannot take less than process_s / cores,
+    however its threads share them."""
+
+    def __init__(self):
+        self.process_s = self.thread_s = 0.0
+
+    def install(self) -> None:
+        import sim.world as W
+        run = W.World.run
+        inner = getattr(run, "_run_cpu_inner", run)     # a RunCpu installed before in this process is replaced
+
+        def timed(world, *args, **kwargs):
+            r0, c0 = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
+            try:
+                return inner(world, *args, **kwargs)
+            finally:
+                r1 = resource.getrusage(resource.RUSAGE_SELF)
+                self.process_s += (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+                self.thread_s += time.thread_time() - c0
+        timed._run_cpu_inner = inner
+        W.World.run = timed
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def retrieval_floor(world, rounds: int = 7) -> dict:
     """Kernel vs the stream read of the bytes it reads (its floor: `stream_s`, the faster of the
     read over numba's threads and on one thread) vs a float32 BLAS pass, for one tick of the whole
@@ -206,6 +245,8 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         instrument(timer)
     if record:
         parts.install()
+    cpu = RunCpu()
+    cpu.install()
     sets = [f"grimoire.capacity={capacity}"]
     if duration:
         sets.append(f"duration={duration}")
@@ -235,6 +276,7 @@ def whole_run(capacity: int, duration: str | None, record: bool, out: Path | Non
         "golem_ticks_per_s": ticks / run_s, "s_per_cohort_tick": run_s / max(cohort_ticks, 1),
         "phases_s": phase_s, "phases_cpu_s": dict(timer.cpu) if phases else None,
         "parts_cpu_s": parts.cpu if record else None,
+        "process_cpu_s": cpu.process_s, "thread_cpu_s": cpu.thread_s, "cores": cores(),
         "peak_rss_mb": peak_rss_kib() / 1024,
         "rss_before_mb": rss0 / 1024, "bytes_per_entry": world.gr.bytes_per_entry(), "dim": world.gr.dim,
         "run_dir": None if scratch is not None else str(out),

@@ -133,22 +133,34 @@ def waiting(r: dict) -> float:
     return 1e3 * idle / max(r["cohort_ticks"], 1)
 
 
+def cores_bound(r: dict) -> dict:
+    """What a run's CPU time (every thread's, over the run: `process_cpu_s`) allows on the cores it
+    had: its CPU ms per cohort tick, the least ms per tick no packing of its threads beats (CPU /
+    cores), and so the most Golem-ticks/s the machine could give that work."""
+    cpu_s = r["process_cpu_s"] / max(r["cohort_ticks"], 1)
+    least_s = cpu_s / r["cores"]
+    return {"cpu_ms_per_tick": 1e3 * cpu_s, "least_ms_per_tick": 1e3 * least_s,
+            "most_golem_ticks_per_s": r["golem_ticks"] / (r["process_cpu_s"] / r["cores"])}
+
+
 def runs_table(runs: list[dict]) -> str:
     head = ("| capacity | recording | Golem-ticks/s | ms per tick (1,000 Golems) | retrieval floor ms | tick / floor | "
             "kernel ms, 2 threads / 1 (same arena) | kernel / floor | float32 sgemv ms | per-agent peer Golem-ticks/s | "
-            "engine / peer | peak RSS MB | simulation thread waiting ms per tick | "
-            + " | ".join(f"{p} %" for p in PHASES) + " |")
-    out = [head, "|" + "---:|" * (13 + len(PHASES))]
+            "engine / peer | peak RSS MB | simulation thread waiting ms per tick | CPU ms per tick, all threads | "
+            "least ms per tick on its cores | " + " | ".join(f"{p} %" for p in PHASES) + " |")
+    out = [head, "|" + "---:|" * (15 + len(PHASES))]
     for r in runs:
         fl = r["floor"]
         tot = max(r["run_s"], 1e-9)
+        b = cores_bound(r)
         out.append(
             f"| {r['capacity']:,} | {'on' if r['record'] else 'off'} | {r['golem_ticks_per_s']:,.0f} | "
             f"{1e3 * r['s_per_cohort_tick']:.1f} | {1e3 * fl['stream_s']:.1f} | {r['s_per_cohort_tick'] / fl['stream_s']:.2f} | "
             f"{1e3 * fl['kernel_s']:.1f} / {1e3 * fl['kernel_1t_s']:.1f} | {fl['kernel_s'] / fl['stream_s']:.2f} | "
             f"{1e3 * fl['sgemv_s']:.1f} | {r['peer']['golem_ticks_per_s']:,.0f} | "
             f"{r['golem_ticks_per_s'] / r['peer']['golem_ticks_per_s']:.1f} | {r['peak_rss_mb']:,.0f} | "
-            f"{waiting(r):.2f} | " + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
+            f"{waiting(r):.2f} | {b['cpu_ms_per_tick']:.1f} | {b['least_ms_per_tick']:.1f} ({r['cores']}) | "
+            + " | ".join(f"{100 * r['phases_s'].get(p, 0.0) / tot:.1f}" for p in PHASES) + " |")
     return "\n".join(out)
 
 
@@ -186,7 +198,8 @@ def peers(duration: str | None, rounds: int, capacity: int = 1024) -> dict:
         rnd = {}
         print(f"  peers round {i + 1}: engine ...", file=sys.stderr, flush=True)
         eng = in_child(capacity, True, duration)
-        rnd["engine"] = {"golem_ticks_per_s": eng["golem_ticks_per_s"], "s_per_cohort_tick": eng["s_per_cohort_tick"]}
+        rnd["engine"] = {"golem_ticks_per_s": eng["golem_ticks_per_s"], "s_per_cohort_tick": eng["s_per_cohort_tick"],
+                         "cores": eng["cores"], **cores_bound(eng)}
         for name, (path, ticks) in found.items():
             print(f"  peers round {i + 1}: {name} ...", file=sys.stderr, flush=True)
             rnd[name] = run_peer(path, 1000, ticks, capacity)
@@ -196,12 +209,17 @@ def peers(duration: str | None, rounds: int, capacity: int = 1024) -> dict:
 
 
 def peers_table(p: dict) -> str:
+    """Per round: the engine's Golem-ticks/s and the most its CPU time allows on its cores
+    (`cores_bound`), each peer's, and the engine over each peer, measured and at most."""
     names = [k for k in p["rounds"][0] if k != "engine"]
-    head = "| round | engine Golem-ticks/s | " + " | ".join(f"{n} Golem-ticks/s | engine / {n}" for n in names) + " |"
-    rows = [head, "|" + "---:|" * (2 + 2 * len(names))]
+    head = ("| round | engine Golem-ticks/s | engine at most on its cores | "
+            + " | ".join(f"{n} Golem-ticks/s | engine / {n} | at most / {n}" for n in names) + " |")
+    rows = [head, "|" + "---:|" * (3 + 3 * len(names))]
     for i, r in enumerate(p["rounds"], 1):
-        rows.append(f"| {i} | {r['engine']['golem_ticks_per_s']:,.0f} | " + " | ".join(
-            f"{r[n]['golem_ticks_per_s']:,.0f} | {r[n]['engine_over_peer']:.2f}" for n in names) + " |")
+        e = r["engine"]
+        rows.append(f"| {i} | {e['golem_ticks_per_s']:,.0f} | {e['most_golem_ticks_per_s']:,.0f} ({e['cores']}) | " + " | ".join(
+            f"{r[n]['golem_ticks_per_s']:,.0f} | {r[n]['engine_over_peer']:.2f} | "
+            f"{e['most_golem_ticks_per_s'] / r[n]['golem_ticks_per_s']:.2f}" for n in names) + " |")
     return "\n".join(rows)
 
 
@@ -262,7 +280,10 @@ def main(argv=None) -> None:
             print(f"- capacity {cap:,}: recording adds {100 * (on['run_s'] / off['run_s'] - 1):+.1f} % "
                   f"({on['run_s']:.1f} s vs {off['run_s']:.1f} s); bytes per entry {on['bytes_per_entry']:.0f} "
                   f"(limit 2 d + 128 = {2 * on['dim'] + 128}); the scan reads "
-                  f"{on['floor']['scan_bytes_per_entry']} of them")
+                  f"{on['floor']['scan_bytes_per_entry']} of them; on its {on['cores']} cores the recorded tick's CPU "
+                  f"({cores_bound(on)['cpu_ms_per_tick']:.1f} ms) allows no less than "
+                  f"{cores_bound(on)['least_ms_per_tick']:.1f} ms a tick, "
+                  f"{cores_bound(on)['least_ms_per_tick'] / (1e3 * on['floor']['stream_s']):.2f} x the retrieval floor")
         cold, warm = startup()
         report["startup"] = {"cold_s": cold, "warm_s": warm}
         print(f"- `golem-sim run` of a 5-minute scenario: {cold:.2f} s with an empty numba cache, {warm:.2f} s the second time\n")
