@@ -240,11 +240,13 @@ class World:
         # and inserted (numpy's generator leaves the GIL while it fills an array): the same draws in
         # the same order, and the draws, about half of this loop's time, overlap the rest
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="golem-prefill") as drawer:
-            draw = drawer.submit(rng.standard_normal, (chunks[0][1] - chunks[0][0], gr.dim))
+            def draw(lo, hi):
+                return drawer.submit(rng.standard_normal, (hi - lo, gr.dim))
+            pending = draw(*chunks[0])
             for i, (lo, hi) in enumerate(chunks):
-                normals = draw.result()
+                normals = pending.result()
                 if i + 1 < len(chunks):
-                    draw = drawer.submit(rng.standard_normal, (chunks[i + 1][1] - chunks[i + 1][0], gr.dim))
+                    pending = draw(*chunks[i + 1])
                 golem, _ = rows(lo, hi)
                 gr.insert(golem, normalise(normals), dict(
                     ttl_days=np.float32(0.0), category=0, topic=0, scope=self.pop.asset[golem].astype(np.int32),

@@ -18,6 +18,8 @@ import pytest
 from conftest import ROOT, shared_run
 from sim.recorder import TABLES, table_files
 
+sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))     # the tools import each other as scripts do
+
 
 def test_whole_run_times_every_phase_and_removes_its_tables(tmp_path):
     """In its own process, as the report runs it (its phase timers wrap the engine's methods)."""
@@ -43,7 +45,6 @@ def test_whole_run_times_every_phase_and_removes_its_tables(tmp_path):
 def test_run_cpu_counts_every_threads_cpu_over_the_run(monkeypatch):
     """`RunCpu` around World.run: another thread's work is in the process's CPU time and not in
     the simulation thread's, which here only waits for it."""
-    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
     import _run
     import sim.world as W
 
@@ -67,7 +68,6 @@ def test_run_cpu_counts_every_threads_cpu_over_the_run(monkeypatch):
 def test_the_report_bounds_a_run_by_its_cpu_over_its_cores():
     """29 ms of CPU a tick on 2 cores: no less than 14.5 ms a tick, so at most 1,000 / 14.5 ms =
     68,966 Golem-ticks/s; against a peer at 25,000, measured 2.00 x and at most 2.76 x."""
-    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
     import report
     run = {"process_cpu_s": 58.0, "cores": 2, "cohort_ticks": 2000, "golem_ticks": 2_000_000}
     b = report.cores_bound(run)
@@ -81,7 +81,6 @@ def test_the_report_bounds_a_run_by_its_cpu_over_its_cores():
 
 
 def test_parquet_options_encodes_each_tables_largest_part_every_way(tmp_path_factory):
-    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
     import parquet_options
     run = shared_run(tmp_path_factory, "calm").run_dir
     rows = parquet_options.measure(run, rounds=1)
@@ -103,7 +102,6 @@ def test_the_floor_reads_every_byte_the_scan_reads_once():
     """`StreamRead` on one thread and in pieces over the threads gives the xor of exactly the scan's
     bytes of the Golems asked for (each array's window of 8-byte words, then its last bytes), as
     numpy computes it here, for a whole arena of slabs of 300 and a window of its Golems."""
-    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
     import _retrieval as R
     gr = R.build_arena(40, 300, 64)
     for golems in (None, np.arange(7, 29)):
