@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 import _retrieval as R  # noqa: E402
-from _run import PHASES, in_child  # noqa: E402
+from _run import PHASES, cores, in_child  # noqa: E402
 
 #: where the Golem-lite peers live: $GOLEM_PEERS, else shared/peers beside the repository (or
 #: beside the folder holding a worktree of it)
@@ -58,7 +58,7 @@ def machine() -> str:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{cpu}, {os.cpu_count()} cores, {flags}, {mem:.0f} GB RAM; Python {platform.python_version()}, "
+    return (f"{cpu}, {cores()} cores, {flags}, {mem:.0f} GB RAM; Python {platform.python_version()}, "
             f"numpy {np.__version__}, numba {numba.__version__}, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
 
 
