@@ -15,6 +15,9 @@ from golem.heartbeat import Acted, Decided, Mind, Observation, Sensed, TickOutpu
 from golem.population import Population
 
 DAY = 86_400_000
+#: the mood a hand-built tick has unless a test gives one: calm (no reflection load, SPEC §5) and
+#: unlike any emotion a test sets, so a rule that reads the wrong level of affect (§2.1) shows
+MOOD = (0.12, -0.08, 0.1)
 
 
 def config(**over):
@@ -59,8 +62,8 @@ def observation(m: Mind, now_ms: int = DAY, events=(), sees=None, event_assets=N
 
 def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> Sensed:
     """What SENSING hands on, for Golems ix: a calm tick with no move, no event, no marker; the mood
-    is the emotion unless given (what reflection's emotional load reads), the ground truth of the
-    outcome neutral."""
+    `MOOD` unless given (what recall and reflection's emotional load read; never the emotion by
+    default), the ground truth of the outcome neutral."""
     from golem import appraisal, flashbulb
     ix = np.asarray(ix, dtype=np.int64)
     b = ix.size
@@ -74,7 +77,7 @@ def sensed(m: Mind, ix, pad=(0.0, 0.0, 0.0), mood=None, **over) -> Sensed:
              marker_valence=z.copy(), marker_strength=np.zeros(b, np.int32), tier=np.zeros(b, np.int64),
              first=np.zeros(b, bool), triggers=np.zeros((b, 4), bool), reflex={}, truth=z.copy(),
              danger=np.zeros(b, bool))
-    s["mood"] = np.broadcast_to(np.asarray(pad if mood is None else mood, dtype=np.float64), (b, 3)).copy()
+    s["mood"] = np.broadcast_to(np.asarray(MOOD if mood is None else mood, dtype=np.float64), (b, 3)).copy()
     for k, v in over.items():
         s[k] = np.broadcast_to(np.asarray(v), np.shape(s[k])).copy() if isinstance(s[k], np.ndarray) else v
     p, a, d = s["pad"][:, 0], s["pad"][:, 1], s["pad"][:, 2]
@@ -95,7 +98,7 @@ def decided(m: Mind, ix, query=None, **over) -> Decided:
     b = ix.size
     dd = dict(query=m.pop.ctx[ix].copy() if query is None else np.asarray(query, np.float32),
               target=np.full(b, 0.5), mem=np.zeros(b), tier=np.zeros(b, np.int64), nserved=np.zeros(b, np.int64),
-              novelty=np.zeros(b, bool))
+              novelty=np.zeros(b, bool), recalled=np.zeros((b, 2)))
     dd.update({k: np.asarray(v) for k, v in over.items()})
     return Decided(**dd)
 

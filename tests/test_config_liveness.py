@@ -147,7 +147,8 @@ def _unit_reflect(cfg):
     m = minds.mind(n=n, cfg=cfg)
     ix = np.arange(n)
     grid = np.array([(p, a, d) for p in (-0.8, -0.6, 0.0, 0.6) for a in (-0.27, 0.4, 0.8) for d in (-0.5, -0.27, -0.18, 0.0, 0.18, 0.4)])
-    s = minds.sensed(m, ix, pad=grid, ret=np.linspace(-0.02, 0.02, n), tick_pnl=np.linspace(-300, 300, n), sev=3)
+    s = minds.sensed(m, ix, pad=grid, mood=grid, ret=np.linspace(-0.02, 0.02, n), tick_pnl=np.linspace(-300, 300, n),
+                     sev=3)
     obs = minds.observation(m, events=[("exploit", 3, "exploit drained-pool")])
     out = TickOutput()
     m.reflect(ix, obs, s, minds.decided(m, ix), minds.acted(ix, exposure_before=np.linspace(0, 1, n), dexp=0.3,
@@ -155,7 +156,7 @@ def _unit_reflect(cfg):
     rows = minds.written(out)
     # and a quiet tick without trades for holders of every size: the regrets of the opposite action
     quiet = TickOutput()
-    m.reflect(ix, minds.observation(m), minds.sensed(m, ix, pad=grid, ret=np.linspace(-0.02, 0.02, n),
+    m.reflect(ix, minds.observation(m), minds.sensed(m, ix, pad=grid, mood=grid, ret=np.linspace(-0.02, 0.02, n),
                                                      tick_pnl=np.linspace(-300, 300, n)),
               minds.decided(m, ix), minds.acted(ix, exposure_before=np.linspace(1, 0, n)), quiet)
     regrets = minds.written(quiet)

@@ -89,7 +89,7 @@ def test_an_aroused_counterfactual_is_biased_toward_the_mood_and_keeps_the_unbia
     through a 0.5 % fall), the unbiased tanh(-0.5) is kept beside it, and only insights carry
     arousal_bias (SPEC §2.4), not the episode, event or trade written on the same tick."""
     m = minds.mind(n=1)
-    s = minds.sensed(m, IX, pad=(-0.6, 0.8, 0.1), ret=-0.005, tick_pnl=-50.0)
+    s = minds.sensed(m, IX, pad=(-0.6, 0.8, 0.1), mood=(-0.6, 0.8, 0.1), ret=-0.005, tick_pnl=-50.0)
     obs = minds.observation(m, events=[("flash_crash", 2, "flash-crash cascade")])
     _reflect(m, s, ac=minds.acted(IX, exposure_before=1.0, dexp=-0.5, traded=True), obs=obs)
     c = m.gr.cols
@@ -125,7 +125,8 @@ def test_calm_reevaluation_contradicts_the_biased_insight_and_restores_the_unbia
     counterfactual (the kept unbiased outcome); the bias moved it by 0.18 > 0.1, so it is
     contradicted: confidence 0.4 * factor(0.8) - 0.20, outcome back to tanh(-0.5)."""
     m = minds.mind(n=1)
-    _reflect(m, minds.sensed(m, IX, pad=(-0.6, 0.8, 0.1), ret=-0.005, tick_pnl=-50.0), ac=minds.acted(IX, 1.0))
+    _reflect(m, minds.sensed(m, IX, pad=(-0.6, 0.8, 0.1), mood=(-0.6, 0.8, 0.1), ret=-0.005, tick_pnl=-50.0),
+             ac=minds.acted(IX, 1.0))
     r = _rows(m, K_REGRET)[0]
     assert float(m.gr.cols["confidence"][r]) == pytest.approx(0.4 * _factor(0.8), abs=1e-6)
     m.pop.pad[:] = 0.0                                              # calm: A < 0.3
@@ -135,7 +136,8 @@ def test_calm_reevaluation_contradicts_the_biased_insight_and_restores_the_unbia
     assert float(m.gr.cols["outcome"][r]) == pytest.approx(math.tanh(-0.5), abs=1e-6)
     # a mild mood bends it by 0.3 * -0.2 = 0.06 <= 0.1: validated, + 0.10
     m2 = minds.mind(n=1)
-    _reflect(m2, minds.sensed(m2, IX, pad=(-0.2, 0.8, 0.1), ret=-0.005, tick_pnl=-50.0), ac=minds.acted(IX, 1.0))
+    _reflect(m2, minds.sensed(m2, IX, pad=(-0.2, 0.8, 0.1), mood=(-0.2, 0.8, 0.1), ret=-0.005, tick_pnl=-50.0),
+             ac=minds.acted(IX, 1.0))
     r2 = _rows(m2, K_REGRET)[0]
     m2.pop.pad[:] = 0.0
     f2 = curatorm.curate(m2, 0, 2 * DAY)
@@ -148,7 +150,7 @@ def test_dominance_insight_below_minus_0_3_is_internal_and_speculative(d, writte
     """SPEC §5: D < -0.3 -> a "what could I have done" insight, internal attribution; a guess
     with no evidence, so its confidence is the speculative source's 0.2 (SPEC §3.4) x factor(A)."""
     m = minds.mind(n=1)
-    _reflect(m, minds.sensed(m, IX, pad=(-0.5, 0.4, d)))
+    _reflect(m, minds.sensed(m, IX, pad=(-0.5, 0.4, d), mood=(-0.5, 0.4, d)))
     r = _rows(m, K_DOMINANCE)
     assert r.size == int(written)
     if written:
@@ -365,7 +367,7 @@ def test_every_topic_can_reactivate_when_its_moment_comes():
     assert c["react_count"][:3].tolist() == [1, 1, 1] and (c["last_react_ms"][:3] == obs.now_ms).all()
     # a crisis moment (|P&L| > 5 %: a flashbulb trigger), low control, a Golem near its end
     m.pop.phase[0] = 3
-    crisis = minds.sensed(m, IX, pad=(-0.2, 0.2, -0.4), sev=2, tick_pnl=-600.0)
+    crisis = minds.sensed(m, IX, pad=(-0.2, 0.2, -0.4), mood=(-0.2, 0.2, -0.4), sev=2, tick_pnl=-600.0)
     _decide(m, crisis, obs)
     assert c["reactivated"][:8].tolist() == [True] * 6 + [False, False]
     assert c["react_count"][:6].tolist() == [2, 2, 2, 1, 1, 1]
