@@ -18,10 +18,18 @@ from golem.grimoire import ARCHIVED, DAY_MS, Grimoire
 HOUR_MS = 3_600_000.0
 
 
-def four_factor_score(semantic: float, temporal: float, importance: float, emotional: float,
-                      weights: tuple[float, float, float, float] = (0.40, 0.20, 0.25, 0.15)) -> float:
-    """0.40 semantic + 0.20 temporal + 0.25 importance + 0.15 emotional (SPEC §4.1), temporal being
-    0.995^hours since the last access; in this order, as the kernel adds them."""
+def four_factor_score(semantic: float, hours_since_access: float, importance: float, emotional: float,
+                      weights: tuple[float, float, float, float] = (0.40, 0.20, 0.25, 0.15),
+                      temporal_base: float = 0.995) -> float:
+    """The SPEC §16 reference: 0.40 semantic + 0.20 temporal + 0.25 importance + 0.15 emotional
+    (§4.1), the temporal factor being temporal_base ** hours_since_access (0.995 ** hours)."""
+    return weighted_score(semantic, temporal_base ** hours_since_access, importance, emotional, weights)
+
+
+def weighted_score(semantic: float, temporal: float, importance: float, emotional: float,
+                   weights: tuple[float, float, float, float] = (0.40, 0.20, 0.25, 0.15)) -> float:
+    """The four factors' weighted sum given the temporal factor itself (the scalar reference
+    retrieval takes it from the stored recency terms), in this order, as the kernel adds them."""
     return weights[0] * semantic + weights[1] * temporal + weights[2] * importance + weights[3] * emotional
 
 
@@ -151,7 +159,7 @@ def reference_retrieve(gr: Grimoire, g: int, query: np.ndarray, cur_pad, now_ms:
         if valence_sign < 0 and not (c["has_tag"][s] and pv < 0):
             continue
         sem, temporal, imp, emo = entry_factors(gr, s, query, cur_pad, now_ms, prm)
-        score = four_factor_score(sem, temporal, imp, emo, prm.weights)
+        score = weighted_score(sem, temporal, imp, emo, prm.weights)
         if prm.live:
             score *= 1.0 + float(c["salience"][s]) * prm.salience_cap
         rows.append((s, score, (sem, temporal, imp, emo)))
@@ -285,8 +293,9 @@ def anti_rumination(slots: np.ndarray, scores: np.ndarray, valence: np.ndarray, 
     return kernels.anti_rumination(slots, scores, valence, pool, np.ascontiguousarray(guard, dtype=np.bool_))
 
 
-__all__ = ["four_factor_score", "six_factor_score", "RetrievalParams", "reference_retrieve", "retrieve",
-           "recall", "anti_rumination", "entry_factors", "served_factors", "query_codes", "query_terms", "semantic"]
+__all__ = ["four_factor_score", "weighted_score", "six_factor_score", "RetrievalParams", "reference_retrieve",
+           "retrieve", "recall", "anti_rumination", "entry_factors", "served_factors", "query_codes", "query_terms",
+           "semantic"]
 
 
 # --- alternative profiles: six-factor [C] and somatic HDC (§11) ------------------------------------

@@ -146,9 +146,10 @@ def test_emotional_balance_counts_untagged_in_n():
 
 
 def test_four_factor_score():
-    assert four_factor_score(0.5, 0.995**10, 0.4, 0.7) == pytest.approx(0.2 + 0.2 * 0.995**10 + 0.1 + 0.105)
-    assert four_factor_score(1, 1, 1, 1) == pytest.approx(1.0)
-    assert four_factor_score(-1, 1, 0, 0) == pytest.approx(-0.2)
+    """SPEC §16: the second argument is the hours since the last access (temporal = 0.995 ** it)."""
+    assert four_factor_score(0.5, 10, 0.4, 0.7) == pytest.approx(0.2 + 0.2 * 0.995**10 + 0.1 + 0.105)
+    assert four_factor_score(1, 0, 1, 1) == pytest.approx(1.0)
+    assert four_factor_score(-1, 0, 0, 0) == pytest.approx(-0.2)
 
 
 def test_fill_never_passes_one():
