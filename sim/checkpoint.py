@@ -51,7 +51,7 @@ import math
 import os
 import re
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from itertools import chain, islice
 from pathlib import Path
 
@@ -61,7 +61,7 @@ import simpy
 from golem import grimoire as gm
 from sim.market import MarketEvent, Tape
 from sim import rundir
-from sim.errors import clip, escape
+from sim.errors import clip, escape, show
 from sim.recorder import TABLES, _json_default, atomic_write_bytes
 from sim.scenario import InputError
 
@@ -239,6 +239,7 @@ def save(world, ckdir: Path) -> Path:
     from sim.world import LOW
     ckdir = Path(ckdir)
     ckdir.mkdir(parents=True, exist_ok=True)
+    rundir.check_dir(ckdir, "the run's checkpoint folder")
     world.rec.wait_jobs()          # the last state's commit (its prune leaves the spare this save takes)
     pop, gr = world.pop, world.gr
     arrays: dict[str, np.ndarray] = {}
@@ -352,9 +353,13 @@ def _write_arrays(path: Path, arrays: dict) -> list:
     spare = path.with_name(SPARE)
     index = []
     try:
-        if spare.exists():
-            os.replace(spare, tmp)
-        with open(tmp, "r+b" if tmp.exists() else "wb") as fh:
+        if os.path.lexists(spare):
+            os.replace(spare, tmp)      # the name moves; a link planted as the spare is never written through
+        try:
+            fh = rundir.open_file(tmp, "r+b")
+        except (FileNotFoundError, InputError):
+            fh = rundir.open_file(tmp, "wb")   # absent, or not a regular file of ours: a new file
+        with fh:
             for k, v in arrays.items():
                 index.append([k, fh.tell()])
                 np.lib.format.write_array(fh, np.asanyarray(v() if callable(v) else v), allow_pickle=False)
@@ -372,7 +377,7 @@ def _seal(path: Path) -> tuple[int, str]:
     """`_write_arrays`' temporary file fsynced, hashed and renamed to `path`: its size and sha256
     (read back from the page cache: a hash of what is on disk, not of what was meant)."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_RDONLY)
+    fd = rundir.open_fd(tmp)
     try:
         os.fsync(fd)
     finally:
@@ -384,7 +389,7 @@ def _seal(path: Path) -> tuple[int, str]:
 
 
 def _read_arrays(path: Path, index: list) -> dict[str, np.ndarray]:
-    with open(path, "rb") as fh:
+    with rundir.open_file(path, "rb") as fh:
         out = {}
         for k, offset in index:
             fh.seek(offset)
@@ -535,52 +540,140 @@ class Corrupt(Exception):
     """A state that fails its checks (with why)."""
 
 
+class OtherFormat(Corrupt):
+    """An intact state of another checkpoint format (written by another engine version)."""
+
+
+def _format_error(f: Path, fmt) -> str:
+    return (f"{f}: format: checkpoint format {show(fmt)}, this engine reads format {FORMAT}; resume it with the "
+            "golem-sim version that wrote it, or run it again")
+
+
+_TYPES = {"now_s": (int, float), "part": int, "event_seq": int, "market_step": int, "stats": dict, "grimoire": dict,
+          "pending": list, "entries": list, "array_offsets": list, "mind": dict, "tape": dict, "arrays_bytes": int,
+          "arrays_sha256": str, "parts": dict}
+_TAPE_TYPES = {"bar_ms": int, "normal_interval_ms": int, "assets": list, "protocols": list, "regime_names": list,
+               "events": list}
+
+
+def _is(v, tp) -> bool:
+    return isinstance(v, tp) and not isinstance(v, bool)
+
+
+def _check_fields(meta: dict) -> None:
+    """The fields a resume reads, down to the values it converts: a state resealed after an edit
+    (its checksum recomputed) is refused here as corrupt, not found broken half way into a resume."""
+    from sim.world import Stats
+    for k, tp in _TYPES.items():
+        if not _is(meta.get(k), tp):
+            raise Corrupt(f"{k}: missing or of the wrong type")
+    stats = meta["stats"]
+    if set(stats) != {f.name for f in fields(Stats)} or not all(
+            _is(v, (int, float)) or isinstance(v, dict) for v in stats.values()):
+        raise Corrupt("stats: not the counters a run keeps")
+    tape = meta["tape"]
+    for k, tp in _TAPE_TYPES.items():
+        if not _is(tape.get(k), tp):
+            raise Corrupt(f"tape.{k}: missing or of the wrong type")
+    if not all(isinstance(x, str) for k in ("assets", "protocols", "regime_names") for x in tape[k]) or \
+            not all(isinstance(e, dict) for e in tape["events"]):
+        raise Corrupt("tape: names or events of the wrong type")
+    for item in meta["pending"]:
+        role = item.get("role") if isinstance(item, dict) else None
+        if not (role in ("market", "flusher", "delivery") or (isinstance(role, list) and len(role) == 2 and
+                                                              role[0] == "cohort" and _is(role[1], int))) \
+                or not _is(item.get("time"), (int, float)) or not math.isfinite(item["time"]) \
+                or not _is(item.get("priority"), int) or (role == "delivery" and not _is(item.get("parcels"), list)):
+            raise Corrupt(f"pending: {clip(escape(str(item)))}: not a pending event a run saves")
+    if not all(isinstance(e, dict) for e in meta["entries"]):
+        raise Corrupt("entries: not a list of entries")
+    if not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and _is(x[1], int) and x[1] >= 0
+               for x in meta["array_offsets"]):
+        raise Corrupt("array_offsets: not a list of [name, offset]")
+    for part in ("grimoire", "mind"):
+        for k, v in meta[part].items():
+            if not (isinstance(v, dict) and ("scalar" in v or _is(v.get("arrays"), str) or
+                                             {"keys", "values", "seq"} <= set(v))):
+                raise Corrupt(f"{part}.{clip(escape(str(k)))}: not a saved value")
+
+
 def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """A state's meta and arrays, checked: its own sha256, its format, the arrays file of its own
     number (its size and sha256), the fields a resume uses and their types, and (given the run's
-    flush interval) that its time is its part's flush time: states are taken at flushes only."""
-    if f.is_symlink() or (ckdir / f.name.replace(".json", ".arrays")).is_symlink():
-        raise Corrupt("a symbolic link; expected the file the run wrote")
+    flush interval) that its time is its part's flush time: states are taken at flushes only.
+    The checksum comes first: a damaged field, the format among them, makes the state corrupt
+    (the fallback takes the state before); an intact state of another format is `OtherFormat`."""
     try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
+        meta = json.loads(rundir.read_bytes(f).decode("utf-8"))
+    except InputError:
+        raise Corrupt("a link or special file, not read; expected the file the run wrote") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise Corrupt(f"not valid JSON ({clip(escape(str(exc)), 60)})") from None
     if not isinstance(meta, dict):
         raise Corrupt(f"a JSON {type(meta).__name__}, expected an object")
-    if meta.get("format") != FORMAT:
-        raise InputError(f"{f}: format: checkpoint format {meta.get('format')}, this engine reads format "
-                         f"{FORMAT}; resume it with the golem-sim version that wrote it, or run it again")
     want = meta.pop("sha256", None)
     if not isinstance(want, str) or hashlib.sha256(_canonical(meta)).hexdigest() != want:
-        raise Corrupt("checksum mismatch (the file changed after it was written)")
+        other = f" (and checkpoint format {show(meta.get('format'))}, this engine reads format {FORMAT})" \
+            if meta.get("format") != FORMAT else ""
+        raise Corrupt(f"checksum mismatch (the file changed after it was written){other}")
+    if meta.get("format") != FORMAT:
+        raise OtherFormat(_format_error(f, meta.get("format")))
     number = int(_STATE.match(f.name).group(1))
-    types = {"now_s": (int, float), "part": int, "event_seq": int, "market_step": int, "stats": dict,
-             "grimoire": dict, "pending": list, "entries": list, "array_offsets": list, "mind": dict, "tape": dict,
-             "arrays_bytes": int, "arrays_sha256": str, "parts": dict}
-    for k, tp in types.items():
-        if not isinstance(meta.get(k), tp) or isinstance(meta.get(k), bool):
-            raise Corrupt(f"{k}: missing or of the wrong type")
+    _check_fields(meta)
     if meta["part"] != number or not (math.isfinite(meta["now_s"]) and meta["now_s"] >= 0):
         raise Corrupt(f"part {meta['part']} / time {meta['now_s']} do not match the file's number {number}")
     if flush_every_s is not None and meta["now_s"] != number * flush_every_s:
         raise Corrupt(f"time {meta['now_s']:g} s is not the time of flush {number} ({number * flush_every_s:g} s)")
-    for rel, h in meta["parts"].items():
-        t, _, name = str(rel).partition("/")
-        m = PART_NAME.fullmatch(name)
-        if t not in TABLES or not m or int(m.group(1)) >= number or not isinstance(h, str):
-            raise Corrupt(f"parts: {clip(escape(str(rel)))}: not a part before {number} of a table")
+    _check_listed(meta["parts"], number)
     path = ckdir / f"state-{number:05d}.arrays"     # never a path from the file: its own arrays, here
-    if not path.is_file():
-        raise Corrupt(f"{path.name} is missing")
-    if path.stat().st_size != meta["arrays_bytes"]:
-        raise Corrupt(f"{path.name} has {path.stat().st_size:,} bytes, the state says {meta['arrays_bytes']:,}")
+    try:
+        with rundir.open_file(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size != meta["arrays_bytes"]:
+                raise Corrupt(f"{path.name} has {size:,} bytes, the state says {meta['arrays_bytes']:,}")
+    except FileNotFoundError:
+        raise Corrupt(f"{path.name} is missing") from None
+    except InputError:
+        raise Corrupt(f"{path.name}: a link or special file, not read") from None
     if rundir.sha256_file(path) != meta["arrays_sha256"]:
         raise Corrupt(f"{path.name}: checksum mismatch")
     try:
         arrays = _read_arrays(path, meta["array_offsets"])
+        Checkpoint(meta, arrays, f).tape()
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise Corrupt(f"{path.name}: unreadable ({clip(escape(str(exc)), 60)})") from None
     return meta, arrays
+
+
+def _check_listed(parts: dict, number: int) -> None:
+    for rel, h in parts.items():
+        t, _, name = str(rel).partition("/")
+        m = PART_NAME.fullmatch(name)
+        if t not in TABLES or not m or int(m.group(1)) >= number or not isinstance(h, str):
+            raise Corrupt(f"parts: {clip(escape(str(rel)))}: not a part before {number} of a table")
+
+
+def covered_parts(ckdir: Path) -> tuple[dict[str, str], int] | None:
+    """(the parts and their sha256, the part index) of the newest state whose own checksum holds,
+    or None: what a killed run's readers check its parts against (the arrays are not read)."""
+    ckdir = Path(ckdir)
+    if not rundir.check_dir(ckdir, "the run's checkpoint folder"):
+        return None
+    for f in sorted((f for f in ckdir.iterdir() if _STATE.match(f.name)),
+                    key=lambda f: int(_STATE.match(f.name).group(1)), reverse=True):
+        try:
+            meta = json.loads(rundir.read_bytes(f).decode("utf-8"))
+            want = meta.pop("sha256", None) if isinstance(meta, dict) else None
+            if want != hashlib.sha256(_canonical(meta)).hexdigest() or meta.get("format") != FORMAT:
+                continue
+            number = int(_STATE.match(f.name).group(1))
+            if not _is(meta.get("parts"), dict):
+                continue
+            _check_listed(meta["parts"], number)
+        except (OSError, InputError, UnicodeDecodeError, ValueError, RecursionError, TypeError, Corrupt):
+            continue
+        return meta["parts"], number
+    return None
 
 
 def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | None = None) -> Checkpoint | None:
@@ -594,17 +687,24 @@ def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | 
     rejected = [] if rejected is None else rejected
     metas = sorted((f for f in ckdir.iterdir() if _STATE.match(f.name)), key=lambda f: int(_STATE.match(f.name).group(1)),
                    reverse=True)
+    other = None
     for f in metas:
         try:
             meta, arrays = _check_state(f, ckdir, flush_every_s)
+        except OtherFormat as exc:
+            other = other or str(exc)
+            rejected.append(f"{f.name}: of another format: {exc}")
+            continue
         except Corrupt as exc:
             rejected.append(f"{f.name}: corrupt: {exc}")
             continue
         return Checkpoint(meta, arrays, f)
+    if other is not None:
+        raise InputError(other)
     if rejected:
         raise InputError(f"{ckdir}: every checkpoint is corrupt ({'; '.join(rejected)}); no earlier good one to "
                          "resume from; expected an intact checkpoint (run the scenario again)")
     return None
 
 
-__all__ = ["save", "load", "maybe_save", "Checkpoint", "CheckpointError", "PART_NAME"]
+__all__ = ["save", "load", "maybe_save", "covered_parts", "Checkpoint", "CheckpointError", "PART_NAME"]

@@ -79,13 +79,17 @@ def write_options(schema: pa.Schema) -> dict:
 def atomic_write_bytes(path: Path, data: bytes | pa.Buffer) -> None:
     """Write to a temporary name, fsync, rename: the file is whole or absent. A failed write (a
     full disk) removes its temporary and leaves any earlier version of the file in place."""
+    from sim.rundir import check_out_file, open_file
     tmp = path.with_name(path.name + ".tmp")
     try:
         view = memoryview(data).cast("B")
-        with open(tmp, "wb", buffering=0) as fh:    # unbuffered: a full disk raises ENOSPC, not a short write
+        # a new file (never a link or a file planted under the temporary name), unbuffered: a full
+        # disk raises ENOSPC, not a short write
+        with open_file(tmp, "wb", buffering=0) as fh:
             while view:
                 view = view[fh.write(view):]
             os.fsync(fh.fileno())
+        check_out_file(path, "writing")     # replaces a regular file only, never a link, FIFO or device
         os.replace(tmp, path)
     except BaseException as exc:
         try:
@@ -217,8 +221,10 @@ class Recorder:
         self._make_dirs()
 
     def _make_dirs(self) -> None:
+        from sim.rundir import check_dir
         for t in TABLES:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
+            check_dir(self.dir / t, f"the folder of the {t} table")    # a real folder: never a link out
 
     def _write(self, parts: list[tuple[Path, str, dict[str, list]]], background: bool) -> None:
         """A flush's parts (path, table, chunks), handed to the writer thread biggest first; a
@@ -750,22 +756,36 @@ def table_files(run_dir: Path, table: str) -> list[Path]:
 
 def content_hashes(run_dir: Path) -> dict[str, str]:
     """sha256 over each table's part files, in order: the byte-identity fingerprint of a run."""
+    from sim.rundir import read_bytes
     out = {}
     for t in TABLES:
         h = hashlib.sha256()
         for f in table_files(run_dir, t):
             h.update(f.name.encode())
-            h.update(f.read_bytes())
+            h.update(read_bytes(f))
         out[t] = h.hexdigest()
     return out
 
 
+def _part_file(f: Path):
+    """A part file opened as a run's file (sim.rundir: no link followed, no FIFO read)."""
+    from sim.rundir import open_file
+    return open_file(f, "rb")
+
+
 def row_counts(run_dir: Path) -> dict[str, int]:
-    return {t: sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(run_dir, t)) for t in TABLES}
+    def rows(f):
+        with _part_file(f) as fh:
+            return pq.ParquetFile(fh).metadata.num_rows
+    return {t: sum(rows(f) for f in table_files(run_dir, t)) for t in TABLES}
 
 
 def read_table(run_dir: Path, table: str) -> pa.Table:
     files = table_files(run_dir, table)
     if not files:
         return SCHEMAS[table].empty_table()
-    return pa.concat_tables([pq.read_table(f) for f in files])
+    tables = []
+    for f in files:
+        with _part_file(f) as fh:
+            tables.append(pq.read_table(fh))
+    return pa.concat_tables(tables)

@@ -97,7 +97,7 @@ def read_run(run_dir: str | Path, purpose: str, *, verify_hashes: bool = True,
     if need_complete and m["status"] != "complete":
         raise InputError(f"{run_dir / 'manifest.json'}: status: {m['status']!r}; expected a complete run for "
                          f"{purpose}")
-    rundir.check_tables(run_dir, m, verify_hashes=verify_hashes and m["status"] == "complete")
+    rundir.check_tables(run_dir, m, verify_hashes=verify_hashes)    # whatever the run's status
     scenario_from_manifest(m, run_dir)        # the recorded scenario and config, as the model reads them
     config_from_manifest(m, run_dir)
     return m
@@ -147,11 +147,11 @@ def first_difference(recorded: Path, replayed: Path, table: str) -> dict:
     for i in range(max(len(fa), len(fb))):
         a = fa[i] if i < len(fa) else None
         b = fb[i] if i < len(fb) else None
-        if a is not None and b is not None and a.name == b.name and a.read_bytes() == b.read_bytes():
-            offset += pq.ParquetFile(a).metadata.num_rows
+        if a is not None and b is not None and a.name == b.name and rundir.read_bytes(a) == rundir.read_bytes(b):
+            offset += _read(a).num_rows
             continue
-        ta = pq.read_table(a) if a is not None else SCHEMAS[table].empty_table()
-        tb = pq.read_table(b) if b is not None else SCHEMAS[table].empty_table()
+        ta = _read(a) if a is not None else SCHEMAS[table].empty_table()
+        tb = _read(b) if b is not None else SCHEMAS[table].empty_table()
         part = (a or b).name
         if a is not None and b is not None and a.name != b.name:
             return dict(table=table, row=offset, part=part, part_row=0, column=None,
@@ -182,6 +182,12 @@ def first_difference(recorded: Path, replayed: Path, table: str) -> dict:
                 what="no difference found")
 
 
+def _read(f: Path):
+    """A part file's table, opened as a run's file (sim.rundir: no link followed, no FIFO read)."""
+    with rundir.open_file(f, "rb") as fh:
+        return pq.read_table(fh)
+
+
 def describe(d: dict) -> str:
     col = f", column {d['column']!r}" if d.get("column") else ""
     where = f" ({d['part']} row {d['part_row']})" if d.get("part") else ""
@@ -193,7 +199,7 @@ def _readable_or_damaged(run_dir: Path, table: str) -> None:
     """A changed part that still reads is a difference to report; one that does not is damage."""
     for f in table_files(run_dir, table):
         try:
-            pq.read_table(f)
+            _read(f)
         except Exception as exc:   # noqa: BLE001 - pyarrow raises several kinds for damaged pages
             raise InputError(f"{f}: damaged: its pages cannot be read ({clip(escape(str(exc)), 80)}); expected the "
                              "part the run wrote") from None

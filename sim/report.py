@@ -619,10 +619,13 @@ def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_tic
 
 def render_report(run: str | Path, out: str | Path | None = None, compare: str | Path | None = None,
                   **kw) -> Path:
-    """Write the report (default: RUN/report.html) and return its path."""
+    """Write the report (default: RUN/report.html) and return its path. It replaces a regular file
+    only: a link, FIFO or device of that name is refused (sim.rundir.write_out_file)."""
+    from sim.rundir import check_out_file, write_out_file
     out = Path(out) if out else Path(run) / "report.html"
+    check_out_file(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(build_html(run, compare, **kw), encoding="utf-8")
+    write_out_file(out, build_html(run, compare, **kw).encode("utf-8"))
     return out
 
 

@@ -7,20 +7,24 @@ it on (sim.run.drive).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sim import resources, rundir
 from sim.checkpoint import PART_NAME, Checkpoint, load, maybe_save
 from sim.errors import InputError, clip, escape
 from sim.plugins import resolve as resolve_plugins
-from sim.recorder import TABLES, Recorder, warm_up as recorder_warm_up
+from sim.recorder import TABLES, Recorder, table_files, warm_up as recorder_warm_up
 from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
 from sim.run import Hold, build_world, configure_logging, drive
 
 
-def _check_parts(run_dir: Path, ck: Checkpoint) -> None:
-    """The parts before the state, as the state recorded them; no others in their place."""
-    listed = ck.meta["parts"]
+def _check_parts(run_dir: Path, ck: Checkpoint, manifest: dict) -> list[tuple[Path, str]]:
+    """The parts before the state, as the state (and the manifest, where it lists them) recorded
+    them. Returns the part files neither lists, which the resumed run must not take in: before the
+    state, not written by the run; at or after it, where the manifest lists the run's parts, not
+    the run's either (a killed run's manifest lists none: those after the state are its own)."""
+    listed, recorded = ck.meta["parts"], manifest.get("files")
     for rel, h in listed.items():
         f = run_dir / rel
         if not f.is_file():
@@ -29,15 +33,35 @@ def _check_parts(run_dir: Path, ck: Checkpoint) -> None:
         if rundir.sha256_file(f) != h:
             raise InputError(f"{f}: content differs from the sha256 in checkpoint {ck.path.name} (damaged or "
                              "changed after it was written); run the scenario again")
+        if recorded is not None and recorded.get(rel, h) != h:
+            raise InputError(f"{f}: the sha256 in manifest.json differs from the one in checkpoint {ck.path.name}; "
+                             "the run directory was changed after the run: run the scenario again")
+    stray = []
     for t in TABLES:
-        d = run_dir / t
-        if not d.is_dir():
-            continue
-        for f in d.iterdir():
+        for f in table_files(run_dir, t):
             m = PART_NAME.fullmatch(f.name)
-            if m and int(m.group(1)) < ck.part and f"{t}/{f.name}" not in listed:
-                raise InputError(f"{f}: a part file the checkpoint {ck.path.name} does not list; expected only the "
-                                 "parts the run wrote (move it away to resume)")
+            rel = f"{t}/{f.name}"
+            if m is None or rel in listed:
+                continue
+            if int(m.group(1)) < ck.part or (recorded is not None and rel not in recorded):
+                stray.append((f, rel))
+    return stray
+
+
+def _set_aside(stray: list[tuple[Path, str]]) -> list[str]:
+    """Rename stray part files out of their table (`part-N.parquet.ignored`, kept beside it), so
+    no reader and no hash of the resumed run includes them; returns one note per file."""
+    notes = []
+    for f, rel in stray:
+        kept = f.with_name(f.name + IGNORED)
+        os.replace(f, kept)
+        notes.append(f"{f}: a part file neither manifest.json nor the checkpoint lists; ignored (kept as "
+                     f"{kept.name})")
+    return notes
+
+
+#: the suffix a stray part file is renamed with by `resume`
+IGNORED = ".ignored"
 
 
 def _drop_parts_from(run_dir: Path, part: int) -> list[str]:
@@ -46,7 +70,7 @@ def _drop_parts_from(run_dir: Path, part: int) -> list[str]:
     removed = []
     for t in TABLES:
         d = run_dir / t
-        if not d.is_dir() or d.is_symlink():
+        if not rundir.check_dir(d, f"the folder of the {t} table"):
             continue
         for f in d.iterdir():
             m = PART_NAME.fullmatch(f.name)
@@ -64,7 +88,8 @@ def resume(run_dir: str | Path, progress=None):
     The scenario, config and seed come from the manifest, the tape from the checkpoint (so neither
     a changed tape file nor key order lost in JSON can change the market). The finished tables are
     byte-identical to an uninterrupted run's. `result.manifest["checkpoint_rejected"]` lists
-    states skipped as corrupt.
+    states skipped as corrupt, `result.manifest["ignored_parts"]` the part files neither the
+    manifest nor the checkpoint lists, set aside (`_set_aside`) instead of taken in.
     """
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
@@ -78,6 +103,7 @@ def resume(run_dir: str | Path, progress=None):
     ckdir = run_dir / "checkpoint"
     if ckdir.is_symlink() or (ckdir.exists() and not ckdir.resolve().is_relative_to(run_dir.resolve())):
         raise InputError(f"{ckdir}: points outside the run directory; expected the run's own checkpoint folder")
+    rundir.check_entries(run_dir)     # no link or special file is followed, read or written into
     hold = Hold(rundir.lock_existing(run_dir), None)
     try:
         rejected: list[str] = []
@@ -89,7 +115,7 @@ def resume(run_dir: str | Path, progress=None):
                              "at least once — run it again")
         scenario = scenario_from_manifest(manifest, run_dir)
         cfg = config_from_manifest(manifest, run_dir)
-        _check_parts(run_dir, ck)
+        stray = _check_parts(run_dir, ck, manifest)
         resources.check(scenario, cfg, str(mpath), record=True)
         recorder_warm_up()
         seed = int(manifest["seed"])
@@ -98,6 +124,7 @@ def resume(run_dir: str | Path, progress=None):
                                   source=f"{mpath} scenario")
         world = build_world(scenario, cfg, tape, seed, progress, str(mpath), plugins=plugins)
         hold.reserve = rundir.Reserve(run_dir)
+        ignored = _set_aside(stray)
         _drop_parts_from(run_dir, ck.part)
         configure_logging(run_dir)
         rec = Recorder(run_dir, part_start=ck.part)
@@ -111,7 +138,7 @@ def resume(run_dir: str | Path, progress=None):
     stop = {k: manifest.get(k) for k in ("status", "stopped_at_s", "error", "signal", "failure") if manifest.get(k)}
     manifest.setdefault("stops", []).append(stop)
     manifest.update(status="running", resumed_from_s=ck.now_s, resumes=int(manifest.get("resumes", 0)) + 1,
-                    checkpoint=ck.path.name, checkpoint_rejected=rejected)
+                    checkpoint=ck.path.name, checkpoint_rejected=rejected, ignored_parts=ignored)
     for k in ("stopped_at_s", "error", "signal", "failure", "hashes", "files", "row_counts", "flush_error",
               "hash_error"):
         manifest.pop(k, None)

@@ -35,7 +35,7 @@ def configure_logging(run_dir: Path | None, console: bool = False) -> None:
     processors = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
                   structlog.processors.JSONRenderer(sort_keys=True)]
     if run_dir is not None:
-        fh = open(Path(run_dir) / "log.jsonl", "a", buffering=1)
+        fh = rundir.open_file(Path(run_dir) / "log.jsonl", "a", buffering=1)   # no link followed (sim.rundir)
         structlog.configure(processors=processors, logger_factory=structlog.WriteLoggerFactory(file=fh),
                             cache_logger_on_first_use=False)
     elif console:

@@ -12,6 +12,11 @@
   file instead of failing deep inside a reader or, worse, reading changed numbers.
 * `Reserve`: a run keeps `RESERVE_BYTES` of disk in `.reserve` while it runs; when a write fails
   because the disk is full, the reserve is released so the manifest can still say `failed`.
+* A run directory is data, not trusted paths: every file the engine reads or writes in one goes
+  through `open_file` (no symbolic link followed, only regular files: a FIFO or device is refused
+  instead of hanging a reader or being written to), `check_entries` refuses a planted link or
+  special file among the names a run uses before a reader or `resume` touches anything, and
+  `write_out_file` writes an `--out` file without replacing anything but a regular file.
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ import fcntl
 import hashlib
 import json
 import os
+import re
+import stat
 from pathlib import Path
 import pyarrow.parquet as pq
 
@@ -40,10 +47,154 @@ def _oserror(exc: OSError) -> str:
     return clip(escape(exc.strerror or str(exc)), 120)
 
 
+# --------------------------------------------------------------------------- opening a run's files
+#: the files a run keeps at its top level (besides its table and checkpoint folders)
+RUN_FILES = ("manifest.json", "manifest.json.tmp", RESERVE, LOCK, "log.jsonl", "report.html")
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+_WRITE = os.O_WRONLY | os.O_RDWR
+
+
+def _kind(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def _refused(path: Path, what: str, expected: str) -> InputError:
+    return InputError(f"{path}: {what}; expected {expected} (a run directory holds data: golem-sim follows no link "
+                      "and opens no special file in it)")
+
+
+def open_fd(path: str | Path, flags: int = os.O_RDONLY, perm: int = 0o644,
+            expected: str = "a regular file golem-sim wrote") -> int:
+    """A file descriptor of `path`, which must be a regular file (created with O_CREAT in `flags`):
+    a symbolic link is not followed (O_NOFOLLOW), a FIFO, device or socket is refused before it is
+    opened (lstat) and again after (fstat of a non-blocking open, so a FIFO swapped in between
+    cannot hang), and a file written in place (append, read-write) may have no other hard link.
+    Every refusal is an InputError naming the path and what it is, never its content."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open it: {_oserror(exc)}; expected {expected}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise _refused(path, _kind(st.st_mode), expected)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, perm)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refused(path, "a symbolic link", expected) from None
+        if exc.errno == errno.ENXIO:
+            raise _refused(path, "a FIFO or socket", expected) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refused(path, _kind(st.st_mode), expected)
+        if flags & _WRITE and not flags & os.O_TRUNC and st.st_nlink > 1:
+            raise _refused(path, f"a file with {st.st_nlink} hard links", expected)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(path: str | Path, mode: str = "rb", expected: str = "a regular file golem-sim wrote", **kw):
+    """`open(path, mode)` through `open_fd`: "r"/"rb" read, "a"/"ab" append (created if absent),
+    "r+b" read and write in place, "x"/"xb" a new file (an old one of that name, a stale temporary,
+    is removed first: the new file is never an inode planted under the name)."""
+    base = mode.replace("b", "").replace("t", "")
+    if base in ("x", "w"):
+        try:
+            os.unlink(path)         # never follows a link: removes the name only
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            raise _refused(Path(path), "a directory", expected) from None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        mode = mode.replace("x", "w")
+    else:
+        flags = {"r": os.O_RDONLY, "a": os.O_WRONLY | os.O_APPEND | os.O_CREAT, "r+": os.O_RDWR}[base]
+    return os.fdopen(open_fd(path, flags, expected=expected), mode, **kw)
+
+
+def read_bytes(path: str | Path, expected: str = "a regular file golem-sim wrote") -> bytes:
+    with open_file(path, "rb", expected) as fh:
+        return fh.read()
+
+
+def check_dir(path: Path, expected: str) -> bool:
+    """Whether `path` exists as a real directory (False: absent); a link or another kind is refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refused(path, _kind(st.st_mode), expected)
+    return True
+
+
+def _check_file(path: Path, expected: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise _refused(path, _kind(st.st_mode), expected)
+
+
+def check_entries(run_dir: str | Path) -> None:
+    """Every name a run uses in `run_dir` that exists is what the run made of it: its top-level
+    files (`RUN_FILES`) and part files regular files, its table and checkpoint folders real
+    directories holding regular files; checked (lstat, nothing opened) before a reader or `resume`
+    touches the directory, so a planted link or FIFO is named instead of followed or read."""
+    from sim.recorder import TABLES
+    run_dir = Path(run_dir)
+    for name in RUN_FILES:
+        _check_file(run_dir / name, f"the run's own {name}")
+    for t in TABLES:
+        if check_dir(run_dir / t, f"the folder of the {t} table"):
+            for f in (run_dir / t).iterdir():
+                if f.name.startswith("part-"):
+                    _check_file(f, f"a part file of the {t} table")
+    if check_dir(run_dir / "checkpoint", "the run's checkpoint folder"):
+        for f in (run_dir / "checkpoint").iterdir():
+            _check_file(f, "a checkpoint file the run wrote")
+
+
+def write_out_file(path: str | Path, data: bytes, flag: str = "--out") -> None:
+    """Write an output file the user named (a report, a comparison, a tape, a schema): to a new
+    temporary beside it, then renamed over it, only if it is absent or a regular file; a FIFO,
+    device, socket, directory or symbolic link there is refused, not replaced (as root, `--out
+    /dev/full` stays a device)."""
+    from sim.recorder import atomic_write_bytes
+    check_out_file(path, flag)
+    atomic_write_bytes(Path(path), data)
+
+
+def check_out_file(path: str | Path, flag: str = "--out") -> None:
+    """Refuse an output file name that holds anything but a regular file (see `write_out_file`)."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: {_oserror(exc)}; expected a file name") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{flag} {path}: {_kind(st.st_mode)}; expected a new file or a regular file to replace "
+                         "(golem-sim replaces no link, device, FIFO or folder)")
+
+
 # --------------------------------------------------------------------------- claiming --out
 def check_target(out: Path, flag: str = "--out") -> None:
     """Refuse an output directory that cannot become this run's, before anything is built."""
     out = Path(out)
+    if out.is_symlink():
+        raise InputError(f"{flag} {out}: a symbolic link; expected a new or empty directory (golem-sim does not "
+                         "write through a link)")
     if out.exists() and not out.is_dir():
         raise InputError(f"{flag} {out}: exists and is not a directory; expected a new or empty directory")
     if out.is_dir():
@@ -73,8 +224,9 @@ def _nearest_directory(path: Path, flag: str) -> Path:
 def check_writable_file(path: Path, flag: str = "--out") -> None:
     """Refuse an output file that cannot be written (checked before the work that produces it)."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         raise InputError(f"{flag} {path}: is a directory; expected a file name")
+    check_out_file(path, flag)
     if path.exists():
         if not os.access(path, os.W_OK):
             raise InputError(f"{flag} {path}: the file is not writable")
@@ -141,7 +293,7 @@ def lock_existing(run_dir: Path) -> Claim:
     if earlier is not None:
         earlier.release(remove=False)
     try:
-        fd = os.open(run_dir / LOCK, os.O_CREAT | os.O_WRONLY, 0o644)
+        fd = open_fd(run_dir / LOCK, os.O_CREAT | os.O_WRONLY, expected="the run's lock file")
     except OSError as exc:
         raise InputError(f"{run_dir}: cannot lock the run directory: {_oserror(exc)}; expected a writable "
                          "run directory") from None
@@ -159,7 +311,7 @@ class Reserve:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / RESERVE
         try:
-            with open(self.path, "wb") as fh:
+            with open_file(self.path, "wb", "the run's disk reserve") as fh:
                 os.posix_fallocate(fh.fileno(), 0, RESERVE_BYTES)
         except OSError as exc:
             self.path.unlink(missing_ok=True)
@@ -177,10 +329,10 @@ def is_disk_full(exc: BaseException) -> bool:
 def read_manifest(run_dir: str | Path) -> dict:
     """The run's manifest, checked: one line naming the file and what is wrong otherwise."""
     p = Path(run_dir) / "manifest.json"
-    if not p.exists():
-        raise InputError(f"{p}: file not found; expected a run directory (made by golem-sim run)")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_bytes(p, "the run's JSON manifest").decode("utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{p}: file not found; expected a run directory (made by golem-sim run)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: cannot read the manifest ({clip(escape(str(exc)), 100)}); expected JSON") from None
     if not text.strip():
@@ -206,8 +358,10 @@ def read_manifest(run_dir: str | Path) -> dict:
         for name, h in (m.get(k) or {}).items():
             if not isinstance(h, str):
                 raise InputError(f"{p}: {k}.{clip(escape(str(name)))}: {show(h)}; expected a sha256 hex digest")
-    if "sha256" in m and (not isinstance(m["sha256"], str) or
-                          hashlib.sha256(_canonical(m)).hexdigest() != m["sha256"]):
+    if "sha256" not in m:
+        raise InputError(f"{p}: sha256: required key is missing; expected the manifest a run writes (with its own "
+                         "sha256, which readers check)")
+    if not isinstance(m["sha256"], str) or hashlib.sha256(_canonical(m)).hexdigest() != m["sha256"]:
         raise InputError(f"{p}: content differs from its sha256 (damaged or edited after the run); expected the "
                          "manifest the run wrote")
     if m["status"] == "complete":
@@ -240,7 +394,7 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_file(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
@@ -254,7 +408,7 @@ def hashes(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
     for t in TABLES:
         h = hashlib.sha256()
         for f in table_files(run_dir, t):
-            data = f.read_bytes()
+            data = read_bytes(f)
             h.update(f.name.encode())
             h.update(data)
             files[f"{t}/{f.name}"] = hashlib.sha256(data).hexdigest()
@@ -266,8 +420,9 @@ def check_part(run_dir: Path, table: str, f: Path) -> int:
     """Open one part's footer and compare its schema with the table's; returns its row count."""
     from sim.recorder import SCHEMAS
     rel = f.relative_to(run_dir)
+    fh = open_file(f, "rb", f"a part of the {table} table")
     try:
-        meta = pq.ParquetFile(f)
+        meta = pq.ParquetFile(fh)
         schema = meta.schema_arrow
         rows = meta.metadata.num_rows
     except Exception as exc:   # noqa: BLE001 - pyarrow raises several kinds for a damaged footer
@@ -275,6 +430,8 @@ def check_part(run_dir: Path, table: str, f: Path) -> int:
         what = "empty file" if size == 0 else f"not a readable Parquet file ({clip(escape(str(exc)), 80)})"
         raise InputError(f"{run_dir / rel}: {what}; the run directory is damaged (expected a part of the "
                          f"{table} table)") from None
+    finally:
+        fh.close()
     expected = SCHEMAS[table]
     if not schema.remove_metadata().equals(expected):
         got = [n for n in schema.names if n not in expected.names][:3]
@@ -286,39 +443,51 @@ def check_part(run_dir: Path, table: str, f: Path) -> int:
     return rows
 
 
-def check_tables(run_dir: str | Path, manifest: dict, *, verify_hashes: bool = True,
-                 up_to_part: int | None = None) -> None:
-    """Every part file readable with its table's schema and, for a run that recorded them, the
-    bytes the manifest says (`up_to_part`: only the parts a checkpoint covers)."""
+def check_tables(run_dir: str | Path, manifest: dict, *, verify_hashes: bool = True) -> None:
+    """Every part file readable with its table's schema and, whatever the run's status, the bytes
+    the run recorded: the manifest's `files` (complete, interrupted and failed runs); a killed run's
+    manifest lists none, so its parts are checked against its newest intact checkpoint (those after
+    it, written since, have no record to check). A listed part missing, a part not listed (before
+    a killed run's checkpoint) or one whose bytes differ is named. Entries that are links or
+    special files are refused first (`check_entries`)."""
     from sim.recorder import TABLES, table_files
     run_dir = Path(run_dir)
-    listed = manifest.get("files") if manifest.get("status") == "complete" else None
-    recorded = listed if verify_hashes else None
+    check_entries(run_dir)
+    listed, where, before = manifest.get("files"), "manifest.json", None
+    if listed is None and manifest.get("status") != "complete":
+        from sim.checkpoint import covered_parts
+        covered = covered_parts(run_dir / "checkpoint")
+        if covered is not None:
+            (listed, before), where = covered, "the checkpoint"
     for rel in listed or {}:
-        if up_to_part is None and not (run_dir / rel).is_file():
-            raise InputError(f"{run_dir / rel}: part file missing (listed in manifest.json); the run directory "
-                             "is damaged")
+        t, _, name = str(rel).partition("/")
+        if t not in TABLES or not _PART.fullmatch(name):
+            raise InputError(f"{run_dir / 'manifest.json'}: files: {clip(escape(str(rel)))}: not a part file of a "
+                             "table; expected TABLE/part-NNNNN.parquet")
+        if not (run_dir / rel).is_file():
+            raise InputError(f"{run_dir / rel}: part file missing (listed in {where}); the run directory is damaged")
+    recorded = listed if verify_hashes else None
     for t in TABLES:
-        if (run_dir / t).exists() and not (run_dir / t).is_dir():
-            raise InputError(f"{run_dir / t}: not a directory; the run directory is damaged (expected the {t} table)")
         for f in table_files(run_dir, t):
-            if up_to_part is not None and _part_index(f) >= up_to_part:
-                continue
             check_part(run_dir, t, f)
-            if recorded is not None:
-                want = recorded.get(f"{t}/{f.name}")
-                if want is None:
-                    raise InputError(f"{f}: a part file the manifest does not list; the run directory was changed "
-                                     "after the run (expected only the parts it wrote)")
-                if sha256_file(f) != want:
-                    raise InputError(f"{f}: content differs from the sha256 in manifest.json (damaged or changed "
-                                     "after the run)")
-    if recorded is None and verify_hashes and manifest.get("hashes") and manifest.get("status") == "complete":
+            if recorded is None or (before is not None and _part_index(f) >= before):
+                continue
+            want = recorded.get(f"{t}/{f.name}")
+            if want is None:
+                raise InputError(f"{f}: a part file {where} does not list; the run directory was changed after the "
+                                 "run (expected only the parts it wrote)")
+            if sha256_file(f) != want:
+                raise InputError(f"{f}: content differs from the sha256 in {where} (damaged or changed after the "
+                                 "run)")
+    if listed is None and verify_hashes and manifest.get("hashes") and manifest.get("status") == "complete":
         tables, _ = hashes(run_dir)
         for t, h in manifest["hashes"].items():
             if t in tables and tables[t] != h:
                 raise InputError(f"{run_dir / t}: the part files differ from the hash in manifest.json (damaged or "
                                  "changed after the run)")
+
+
+_PART = re.compile(r"part-(\d{5,})\.parquet")
 
 
 def _part_index(f: Path) -> int:
@@ -328,5 +497,6 @@ def _part_index(f: Path) -> int:
         return -1
 
 
-__all__ = ["check_target", "check_writable_file", "claim", "lock_existing", "Reserve", "read_manifest", "check_tables",
+__all__ = ["check_target", "check_writable_file", "check_out_file", "write_out_file", "open_fd", "open_file",
+           "read_bytes", "check_entries", "check_dir", "claim", "lock_existing", "Reserve", "read_manifest", "check_tables",
            "hashes", "sha256_file", "is_disk_full", "write_manifest"]

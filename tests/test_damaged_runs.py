@@ -19,6 +19,7 @@ import pytest
 from conftest import cli
 
 from sim.recorder import table_files
+from sim.rundir import write_manifest
 from sim.run import execute
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,11 +113,25 @@ def manifest_scenario_retyped(run):
     return _manifest(run, json.dumps(m))
 
 
-def manifest_scenario_retyped_unsealed(run):
-    """A manifest without its own sha256 (as older runs wrote): the recorded scenario is validated."""
+def _resealed(run, m):
+    """The manifest rewritten with a recomputed sha256 (a forgery the other checks must still catch)."""
+    m.pop("sha256", None)
+    write_manifest(run, m)
+    return run / "manifest.json"
+
+
+def manifest_scenario_retyped_resealed(run):
+    """A manifest whose sha256 holds: the recorded scenario is validated all the same."""
+    m = json.loads((run / "manifest.json").read_text())
+    m["scenario"]["golems"] = [{"count": "many"}]
+    return _resealed(run, m)
+
+
+def manifest_sha256_dropped(run):
+    """A manifest without its own sha256 is refused: removing the key does not switch the check off."""
     m = json.loads((run / "manifest.json").read_text())
     m.pop("sha256")
-    m["scenario"]["golems"] = [{"count": "many"}]
+    m["seed"] += 1
     return _manifest(run, json.dumps(m))
 
 
@@ -128,10 +143,9 @@ def manifest_seed_edited(run):
 
 def manifest_hashes_dropped(run):
     m = json.loads((run / "manifest.json").read_text())
-    m.pop("sha256")
     m.pop("hashes")
     m.pop("files")
-    return _manifest(run, json.dumps(m))
+    return _resealed(run, m)
 
 
 def manifest_empty(run):
@@ -155,7 +169,8 @@ DAMAGE = {
     "list-shaped manifest": (manifest_list, "a JSON list; expected the run's manifest"),
     "retyped seed": (manifest_retyped, "seed: 'four'; expected int"),
     "retyped scenario": (manifest_scenario_retyped, "content differs from its sha256"),
-    "retyped scenario, older manifest": (manifest_scenario_retyped_unsealed, "golems.0.count"),
+    "retyped scenario, resealed manifest": (manifest_scenario_retyped_resealed, "golems.0.count"),
+    "sha256 dropped": (manifest_sha256_dropped, "sha256: required key is missing"),
     "edited seed": (manifest_seed_edited, "content differs from its sha256"),
     "hashes dropped": (manifest_hashes_dropped, "no content hash for market"),
     "emptied manifest": (manifest_empty, "empty file"),
@@ -186,7 +201,7 @@ def test_damage_is_named_by_every_reader(runs, tmp_path, kind):
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     cmds = [["report", run, "--out", tmp_path / "r.html", "-q"], ["diff", run, runs / "other"],
             ["diff", runs / "other", run], ["replay", run, "--verify"]]
-    if named.name == "manifest.json" and kind != "retyped scenario, older manifest":
+    if named.name == "manifest.json" and kind != "retyped scenario, resealed manifest":
         cmds.append(["resume", run])   # the run is complete: resume reads no further than its manifest
     for cmd in cmds:
         code, out = cli(*cmd)

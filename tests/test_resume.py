@@ -18,6 +18,7 @@ from conftest import cli
 from sim import checkpoint as ckm
 from sim.recorder import TABLES, content_hashes
 from sim.resume import resume
+from sim.rundir import write_manifest
 from sim.run import execute
 
 # Clade "a" delivers exactly one heartbeat later (same-time ties with its own ticks); Clade "b"
@@ -142,7 +143,11 @@ def test_resume_bad_input(ref, tmp_path):
     d, _ = ref
     code, out = cli("resume", d / "ref")
     assert code == 2 and "the run is complete" in out
-    (tmp_path / "manifest.json").write_text(json.dumps({"scenario": {}, "config": {}, "seed": 1, "status": "running"}))
+    plain = {"scenario": {}, "config": {}, "seed": 1, "status": "running"}
+    (tmp_path / "manifest.json").write_text(json.dumps(plain))
+    code, out = cli("resume", tmp_path)
+    assert code == 2 and "sha256: required key is missing" in out and "Traceback" not in out
+    write_manifest(tmp_path, plain)
     code, out = cli("resume", tmp_path)
     assert code == 2 and "no complete checkpoint" in out and "Traceback" not in out
     code, out = cli("resume", tmp_path / "nowhere")
@@ -158,15 +163,17 @@ def test_checkpoint_of_another_format_is_refused(ref, tmp_path):
     _wait_for_checkpoint(proc, out)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
-    state = next((out / "checkpoint").glob("state-*.json"))
-    meta = json.loads(state.read_text())
-    state.write_text(json.dumps(dict(meta, format=ckm.FORMAT - 1)))
+    states = sorted((out / "checkpoint").glob("state-*.json"))
+    metas = [json.loads(s.read_text()) for s in states]
+    for s, meta in zip(states, metas):    # every state intact (its sha256 holds), of another format
+        ckm._write_meta(s, {k: v for k, v in dict(meta, format=ckm.FORMAT - 1).items() if k != "sha256"})
     before = content_hashes(out)
     code, text = cli("resume", out, "-q")
     assert code == 2 and "Traceback" not in text, text
-    assert state.name in text and f"checkpoint format {ckm.FORMAT - 1}" in text and f"format {ckm.FORMAT}" in text
+    assert states[-1].name in text and f"checkpoint format {ckm.FORMAT - 1}" in text and f"format {ckm.FORMAT}" in text
     assert content_hashes(out) == before
-    state.write_text(json.dumps(meta))
+    for s, meta in zip(states, metas):
+        s.write_text(json.dumps(meta))
     code, text = cli("resume", out, "-q")
     assert code == 0, text
     assert content_hashes(out) == hashes
