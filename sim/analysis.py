@@ -575,9 +575,217 @@ def event_counts(runs: RunLike, kinds: Iterable[str] = ACTIVITY_KINDS, every: st
             .group_by("run", "kind", "bucket_ms").agg(pl.len().alias("n")).sort("run", "kind", "bucket_ms"))
 
 
+# ---------------------------------------------------------------------------------- lock-in (SPEC §2.9)
+def crash_episode(runs: RunLike, *, asset: str | None = None, start: str | int | float | None = None,
+                  window: str | int = "3h") -> pl.LazyFrame:
+    """Per run: the crash and the price's recovery, from the market table (SPEC §2.9).
+
+    Without `start`, the crash is the deepest fall within `window`: the bar where close / (the highest
+    close of the `window` before it) is lowest, and the crash starts at that highest close. With
+    `start` (a duration or simulated ms) it starts at the last bar before it. Either way the
+    pre-crash level is the close where it starts, the trough the lowest close in [start, start +
+    window], and the price's full recovery the first bar after the trough closing at or above the
+    pre-crash level (null when the price never gets back). Without `asset`, the asset that fell
+    deepest. Columns: run, asset, crash_ms, pre_price, trough_ms, trough_price, depth (trough /
+    pre - 1), price_recovered_ms, price_recovery_s (from the crash's start), end_ms (the last bar).
+    """
+    w = _ms(window)
+    rows = []
+    dirs = run_dirs(runs)
+    for d, name in zip(dirs, _names(dirs)):
+        m = market(d).select("asset", "sim_ms", "close").collect()
+        assets = [asset] if asset is not None else sorted(m["asset"].unique().to_list())
+        best = None
+        for a in assets:
+            s = m.filter(pl.col("asset") == a).sort("sim_ms")
+            if s.height == 0:
+                raise ValueError(f"{d}: asset {a!r} is not in the market table")
+            if start is None:
+                dd = s.with_columns((pl.col("close") / pl.col("close").rolling_max_by("sim_ms", window_size=f"{w}i"))
+                                    .alias("_dd"))
+                t_low = dd["sim_ms"][int(dd["_dd"].arg_min())]
+                before = s.filter(pl.col("sim_ms").is_between(t_low - w, t_low, closed="right"))
+                t0 = before["sim_ms"][int(before["close"].arg_max())]
+            else:
+                at = s.filter(pl.col("sim_ms") < _ms(start))
+                t0 = at["sim_ms"][-1] if at.height else s["sim_ms"][0]
+            pre = s.filter(pl.col("sim_ms") == t0)["close"][0]
+            fall = s.filter(pl.col("sim_ms").is_between(t0, t0 + w))
+            i = int(fall["close"].arg_min())
+            trough_ms, trough = fall["sim_ms"][i], fall["close"][i]
+            back = s.filter((pl.col("sim_ms") > trough_ms) & (pl.col("close") >= pre))
+            rec = back["sim_ms"][0] if back.height else None
+            row = dict(run=name, asset=a, crash_ms=t0, pre_price=pre, trough_ms=trough_ms, trough_price=trough,
+                       depth=trough / pre - 1, price_recovered_ms=rec,
+                       price_recovery_s=None if rec is None else (rec - t0) / 1000, end_ms=s["sim_ms"][-1])
+            if best is None or row["depth"] < best["depth"]:
+                best = row
+        rows.append(best)
+    return pl.LazyFrame(rows, schema={"run": pl.String, "asset": pl.String, "crash_ms": pl.Int64,
+                                      "pre_price": pl.Float64, "trough_ms": pl.Int64, "trough_price": pl.Float64,
+                                      "depth": pl.Float64, "price_recovered_ms": pl.Int64,
+                                      "price_recovery_s": pl.Float64, "end_ms": pl.Int64})
+
+
+def _situation_holders(run: Path, at_ms: int, asset: str, min_exposure: float) -> pl.DataFrame:
+    """The holders of `asset` when the situation starts (`holders`), with the value, exposure and
+    price of that last awake heartbeat before it."""
+    who = holders(run, at_ms, asset, min_exposure).collect()
+    snap = (scan_table(run, "heartbeats").filter((pl.col("time_ms") < at_ms) & (pl.col("state_path") != "DREAMING"))
+            .group_by("golem_id").agg(pl.col("value", "exposure", "price").sort_by("time_ms").last()).collect())
+    return who.select("golem_id").join(snap, on="golem_id", how="inner")
+
+
+def holder_mood(runs: RunLike, episodes: pl.LazyFrame | pl.DataFrame | None = None, *, every: str | int = "30m",
+                min_exposure: float = 0.1, **crash) -> pl.LazyFrame:
+    """The holders' mood through a crash and its recovery, per run and time bucket (SPEC §2.9): the
+    mean mood P and emotion P over the awake heartbeats of the Golems holding more than
+    `min_exposure` of their value in the crashed asset when the crash starts, their count, and the
+    asset's last close in the bucket. `episodes` = `crash_episode(runs, **crash)` by default. The
+    lock-in panel plots mood_p against close."""
+    ep = (crash_episode(runs, **crash) if episodes is None else episodes.lazy()).collect()
+    ms = _ms(every)
+    frames = []
+    dirs = run_dirs(runs)
+    for d, name in zip(dirs, _names(dirs)):
+        e = ep.filter(pl.col("run") == name)
+        if e.height == 0:
+            continue
+        e = e.row(0, named=True)
+        who = _situation_holders(d, e["crash_ms"], e["asset"], min_exposure).select("golem_id")
+        hb = (scan_table(d, "heartbeats").filter(pl.col("state_path") != "DREAMING")
+              .join(who.lazy(), on="golem_id", how="semi")
+              .group_by(_bucket("time_ms", ms).alias("bucket_ms"))
+              .agg(pl.col("mood_p").mean(), pl.col("p").mean(), pl.col("golem_id").n_unique().alias("holders")))
+        px = (market(d).filter(pl.col("asset") == e["asset"])
+              .group_by(_bucket("sim_ms", ms).alias("bucket_ms")).agg(pl.col("close").sort_by("sim_ms").last()))
+        frames.append(hb.join(px, on="bucket_ms", how="left").select(pl.lit(name).alias("run"), pl.all()))
+    empty = pl.LazyFrame(schema={"run": pl.String, "bucket_ms": pl.Int64, "mood_p": pl.Float64, "p": pl.Float64,
+                                 "holders": pl.UInt32, "close": pl.Float64})
+    return pl.concat([empty, *frames], how="vertical_relaxed").sort("run", "bucket_ms")
+
+
+def mood_recovery(runs: RunLike, *, asset: str | None = None, start: str | int | float | None = None,
+                  window: str | int = "3h", pre: str | int = "6h", tolerance: float = 0.1, every: str | int = "30m",
+                  min_exposure: float = 0.1) -> pl.LazyFrame:
+    """Lock-in after a crash (SPEC §2.9), one row per run: how long the holders' mood stays down once
+    the price is back, and what that costs them.
+
+    The crash and the price's recovery are `crash_episode`'s (asset, start, window). Holders: more
+    than `min_exposure` of their value in the asset at their last awake heartbeat before the crash
+    (SPEC §2.8). pre_mood_p: the mean mood P of their awake heartbeats in the `pre` before the crash.
+    The mood has recovered in the first `every` bucket of `holder_mood` at or after the price's
+    full recovery whose mean mood P is no more than `tolerance` below pre_mood_p (a mood above its
+    pre-crash level is not lock-in); mood_recovery_s runs from the price's recovery to that bucket's
+    start (0 when the mood is back first), or to the last heartbeat when it never gets back
+    (capped = true). Null when the price never recovers.
+
+    The consequence: captured_share = the holders' value gained from the trough to the price's
+    recovery / what the units they held before the crash (exposure x value / price) would have
+    gained over it (1 = rode the whole recovery, 0 = missed it); final_value: their mean value at
+    their last heartbeat; final_value_ratio: their summed final value / their summed pre-crash value.
+    """
+    ep = crash_episode(runs, asset=asset, start=start, window=window).collect()
+    series = holder_mood(runs, ep, every=every, min_exposure=min_exposure).collect()
+    ms, pre_ms = _ms(every), _ms(pre)
+    rows = []
+    dirs = run_dirs(runs)
+    for d, name in zip(dirs, _names(dirs)):
+        e = ep.filter(pl.col("run") == name).row(0, named=True)
+        t0, t_rec = e["crash_ms"], e["price_recovered_ms"]
+        who = _situation_holders(d, t0, e["asset"], min_exposure)
+        hb = scan_table(d, "heartbeats").join(who.select("golem_id").lazy(), on="golem_id", how="semi")
+        pre_p = hb.filter((pl.col("time_ms") >= t0 - pre_ms) & (pl.col("time_ms") < t0)
+                          & (pl.col("state_path") != "DREAMING")).select(pl.col("mood_p").mean()).collect().item()
+        last = hb.group_by("golem_id").agg(pl.col("value").sort_by("time_ms").last()).collect()
+        end_ms = scan_table(d, "heartbeats").select(pl.col("time_ms").max()).collect().item()
+        row = dict(e, holders=who.height, pre_mood_p=pre_p, mood_recovered_ms=None, mood_recovery_s=None, capped=None,
+                   captured_share=None,
+                   final_value=last["value"].mean() if last.height else None,
+                   final_value_ratio=(last["value"].sum() / who["value"].sum()) if who.height else None)
+        if t_rec is not None and who.height and pre_p is not None:
+            s = series.filter((pl.col("run") == name) & (pl.col("bucket_ms") + ms > t_rec)
+                              & (pl.col("mood_p") >= pre_p - tolerance))
+            capped = s.height == 0
+            back = end_ms if capped else max(s["bucket_ms"][0], t_rec)
+            row.update(mood_recovered_ms=back, mood_recovery_s=max(back - t_rec, 0) / 1000, capped=capped)
+
+            def value_at(t):
+                return (hb.filter(pl.col("time_ms") <= t).group_by("golem_id")
+                        .agg(pl.col("value").sort_by("time_ms").last()).collect()["value"].sum())
+            rec_price = market(d).filter((pl.col("asset") == e["asset"]) & (pl.col("sim_ms") == t_rec)
+                                         ).select("close").collect().item()
+            units = (who["exposure"] * who["value"] / who["price"]).sum()
+            hold_gain = units * (rec_price - e["trough_price"])
+            gain = value_at(t_rec) - value_at(e["trough_ms"])
+            row["captured_share"] = gain / hold_gain if hold_gain > 0 else None
+        rows.append(row)
+    schema = dict(ep.schema)
+    schema.update(holders=pl.Int64, pre_mood_p=pl.Float64, mood_recovered_ms=pl.Int64, mood_recovery_s=pl.Float64,
+                  capped=pl.Boolean, captured_share=pl.Float64, final_value=pl.Float64, final_value_ratio=pl.Float64)
+    return pl.LazyFrame(rows, schema=schema)
+
+
+def _t_coverage(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer `df` degrees of freedom: the closed forms of
+    Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df), exact for any df."""
+    import math
+    th = math.atan(t / math.sqrt(df))
+    c2 = math.cos(th) ** 2
+    if df % 2:
+        term, acc = math.cos(th), 0.0
+        for k in range(1, (df - 1) // 2 + 1):        # cos, (2/3) cos^3, (2*4)/(3*5) cos^5, ...
+            acc += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        return 2 / math.pi * (th + math.sin(th) * acc)
+    term, acc = 1.0, 0.0
+    for k in range(1, df // 2 + 1):                 # 1, (1/2) cos^2, (1*3)/(2*4) cos^4, ...
+        acc += term
+        term *= c2 * (2 * k - 1) / (2 * k)
+    return math.sin(th) * acc
+
+
+def t_quantile(level: float, df: int) -> float:
+    """The t with P(|T| <= t) = level (the half-width factor of a two-sided `level` interval),
+    by bisection on the exact coverage; numpy and polars have no t distribution."""
+    if not 0 < level < 1 or df < 1:
+        raise ValueError(f"t_quantile: expected 0 < level < 1 and df >= 1, got level={level}, df={df}")
+    lo, hi = 0.0, 1.0
+    while _t_coverage(hi, df) < level:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _t_coverage(mid, df) < level else (lo, mid)
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2
+
+
+def paired_difference(a, b, *, level: float = 0.95) -> dict:
+    """a - b over runs paired by seed: `a` and `b` map seed -> value (or are sequences in the same
+    seed order). Seeds missing or null (NaN) on either side are left out. Returns n, mean, sd, the
+    two-sided `level` t interval (low, high), and sign: '+' when the whole interval is above 0,
+    '-' below it, '0' when it contains 0 (no difference shown), None with fewer than 2 pairs."""
+    import math
+    if not isinstance(a, dict):
+        a, b = dict(enumerate(a)), dict(enumerate(b))
+    d = [a[k] - b[k] for k in sorted(set(a) & set(b), key=str)
+         if a[k] is not None and b[k] is not None and not (math.isnan(a[k]) or math.isnan(b[k]))]
+    n = len(d)
+    out = dict(n=n, mean=sum(d) / n if n else None, sd=None, low=None, high=None, level=level, sign=None)
+    if n >= 2:
+        mean = out["mean"]
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+        half = t_quantile(level, n - 1) * sd / math.sqrt(n)
+        out.update(sd=sd, low=mean - half, high=mean + half,
+                   sign="+" if mean - half > 0 else "-" if mean + half < 0 else "0")
+    return out
+
+
 __all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manifest", "clade_names", "retrieval_bias", "mood_congruence",
            "retrieval_valence_bias", "bias_over_time", "lock_in_episodes", "bias_summary", "grimoire_valence_skew",
            "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades", "golem_assets",
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",
            "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "holders", "situation_emotions",
-           "pinned_share", "regime_spans", "event_counts"]
+           "pinned_share", "regime_spans", "event_counts", "crash_episode", "holder_mood",
+           "mood_recovery", "t_quantile", "paired_difference"]
