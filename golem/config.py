@@ -135,6 +135,7 @@ RANGES: dict[str, dict[str, float]] = {
     "mortality.declining": _UNIT, "mortality.terminal_drift": _UNIT, "mortality.heavy_weight": dict(ge=0, le=100),
     "hdc.seed": dict(ge=0, le=2**63 - 1),
     "recording.flush_every_s": dict(ge=60, le=_CENTURY_S),
+    "plugins.call_timeout_s": dict(gt=0, le=86_400),   # wall-clock seconds per plug-in call (sim.plugins.time_limit)
 }
 
 #: The range of a key without an entry in RANGES, by the type of its default.

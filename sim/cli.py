@@ -1,10 +1,12 @@
 """`golem-sim`: run | replay | resume | diff | sweep | report | import-tape | validate | schema | bench.
 
 Bad input is reported as one line (file, key path, what was expected) with exit status 2 and no
-traceback; whatever a failed run had already written stays readable. Exit status: 0 done, 1 a run
-that started and failed (its manifest says `failed`; an engine error's traceback is in the run's
-log.jsonl), 2 bad input or an output location that cannot be used (nothing was written), 130/143
-interrupted by SIGINT/SIGTERM. No command prints a traceback: an unexpected error is one line too.
+traceback; whatever a failed run had already written stays readable. Exit status (the README's
+table, `EXIT`): 0 done, 1 a run that started and failed (its manifest says `failed`: an engine
+error, whose traceback is in the run's log.jsonl, or a plug-in's), 2 bad input or an output
+location that cannot be used (nothing was written), 130/143 interrupted by SIGINT/SIGTERM. No
+command prints a traceback: an unexpected error is one line too. Everything taken from the input
+(names, paths, values) is printed through `shown`: rich markup escaped, control characters visible.
 """
 from __future__ import annotations
 
@@ -17,11 +19,16 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.errors import InputError, one_line
+from sim.errors import escape as visible
+from sim.notices import shown
+
+#: exit statuses (README, "Exit status"); a signal's is 128 + its number (SIGINT 130, SIGTERM 143)
+EXIT = {"ok": 0, "run failed": 1, "bad input": 2}
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate populations of Golems whose memory is shaped by emotion.")
@@ -67,17 +74,25 @@ def main_options(version: bool = typer.Option(False, "--version", callback=_vers
     """Simulate populations of Golems whose memory is shaped by emotion."""
 
 
-def fail(msg: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {escape(one_line(msg))}", highlight=False, soft_wrap=True)
+def fail(msg: str, code: int = EXIT["bad input"]) -> None:
+    err.print(f"[bold red]error:[/] {markup_escape(one_line(msg))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
+def fail_input(exc: InputError) -> None:
+    """Bad input exits 2; a plug-in that failed during a run (sim.plugins.PluginFailed, an
+    InputError for Python callers) exits 1: the run started, and its manifest says failed."""
+    plugins = sys.modules.get("sim.plugins")
+    failed = plugins is not None and isinstance(exc, plugins.PluginFailed)
+    fail(str(exc), EXIT["run failed"] if failed else EXIT["bad input"])
+
+
 def warn(msg: str, console: Console | None = None) -> None:
-    (console or err).print(f"[bold yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    (console or err).print(f"[bold yellow]warning:[/] {shown(msg)}", highlight=False, soft_wrap=True)
 
 
 def note(msg: str, console: Console | None = None) -> None:
-    (console or err).print(f"[dim]note:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    (console or err).print(f"[dim]note:[/] {shown(msg)}", highlight=False, soft_wrap=True)
 
 
 def _default_out_base(scenario: Path, seed: Optional[int]) -> Path:
@@ -91,6 +106,21 @@ def _run_failed() -> type | tuple:
     return run.RunFailed if run is not None else ()
 
 
+def _undecodable(fn, kwargs: dict) -> None:
+    """Arguments are str decoded with surrogateescape: bytes that are not UTF-8 (a --set value,
+    a path) become lone surrogates, which no file, YAML parser or terminal takes. Refuse them
+    first, naming the option."""
+    import inspect
+    for name, value in kwargs.items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            text = str(v) if isinstance(v, (str, Path)) else ""
+            if any("\ud800" <= c <= "\udfff" for c in text):
+                info = inspect.signature(fn).parameters[name].default
+                decls = [d for d in getattr(info, "param_decls", None) or () if d.startswith("--")]
+                opt = decls[0] if decls else name.upper()
+                raise InputError(f"{opt} {visible(text)[:80]}: bytes that are not UTF-8; expected UTF-8 text")
+
+
 def _guarded(fn):
     """Every command's last line of defence: bad input that escaped a command's own handling is
     still one line with exit 2, a failed run one line with exit 1, and anything else (a bug) one
@@ -98,11 +128,12 @@ def _guarded(fn):
     @functools.wraps(fn)
     def run_guarded(*args, **kwargs):
         try:
+            _undecodable(fn, kwargs)
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.TyperException):   # typer's own exits and usage errors
             raise
         except InputError as exc:
-            fail(str(exc))
+            fail_input(exc)
         except _run_failed() as exc:
             fail(str(exc), 1)
         except MemoryError:
@@ -155,7 +186,7 @@ def _progress_cb(progress: Progress, task, duration_s: float):
 
 def summary_table(manifest: dict, world) -> Table:
     pop = world.pop
-    t = Table(title=f"{manifest['scenario']['name']} (seed {manifest['seed']})", show_lines=False,
+    t = Table(title=f"{shown(manifest['scenario']['name'])} (seed {manifest['seed']})", show_lines=False,
               caption="final P/A/D: the Clade's mean emotion at the run's end (diff shows means over the run)")
     for col in ("clade", "golems", "alive", "final P", "final A", "final D", "value", "P&L %"):
         t.add_column(col, justify="right")
@@ -166,7 +197,7 @@ def summary_table(manifest: dict, world) -> Table:
             continue
         val = pop.cash[m] + pop.units[m] * price[pop.asset[m].astype(int)]
         v0 = pop.value0[m]
-        t.add_row(name, str(int(m.sum())), str(int(pop.alive[m].sum())), f"{pop.pad[m, 0].mean():+.2f}",
+        t.add_row(shown(name), str(int(m.sum())), str(int(pop.alive[m].sum())), f"{pop.pad[m, 0].mean():+.2f}",
                   f"{pop.pad[m, 1].mean():+.2f}", f"{pop.pad[m, 2].mean():+.2f}", f"{val.sum():,.0f}",
                   f"{100 * (val.sum() / v0.sum() - 1):+.1f}")
     return t
@@ -216,7 +247,7 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
             res = execute(scenario, target, seed=seed, sets=set_, config_file=str(config) if config else None,
                           record=not no_record, progress=_progress_cb(progress, task, sc.duration_s))
     except InputError as exc:
-        fail(str(exc))
+        fail_input(exc)
     except RunInterrupted as exc:
         _interrupted(target, exc.signum)
     except KeyboardInterrupt:
@@ -230,7 +261,7 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         if not no_record:
             taken = f" ({_default_out_base(scenario, run_seed)} already holds a run)" \
                 if out_dir is None and res.run_dir != _default_out_base(scenario, run_seed) else ""
-            out.print(f"run directory: {res.run_dir}{taken}")
+            out.print(f"run directory: {shown(res.run_dir)}{shown(taken)}", highlight=False)
 
 
 @app.command()
@@ -246,12 +277,13 @@ def validate(scenario: Path = typer.Argument(..., help="scenario YAML"),
                                    record=not no_record)
         build_tape(sc, seed, cfg, str(scenario))   # the market too: a tape file that cannot be read, prices that overflow
     except InputError as exc:
-        fail(str(exc))
+        fail_input(exc)
     if quiet:
         return
     _scenario_warnings(sc, cfg)
     n = sum(g.count for g in sc.golems)
-    out.print(f"{scenario}: ok ({sc.name}: {n} Golems, {sc.duration_s / 86400:g} days, seed {seed})")
+    out.print(f"{shown(scenario)}: ok ({shown(sc.name)}: {n} Golems, {sc.duration_s / 86400:g} days, seed {seed})",
+              highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -291,7 +323,7 @@ def report(run_dir: Path = typer.Argument(..., help="run directory"),
     except OSError as exc:
         fail(f"--out {target}: cannot write the report: {exc.strerror or exc}")
     if not quiet:
-        out.print(f"report: {path}")
+        out.print(f"report: {shown(path)}", highlight=False, soft_wrap=True)
 
 
 def _interrupted(run_dir: Path, signum: int) -> None:
@@ -300,6 +332,16 @@ def _interrupted(run_dir: Path, signum: int) -> None:
     name = _signal.Signals(signum).name
     fail(f"{name}: stopped; tables flushed and the manifest marked interrupted in {run_dir} "
          f"(continue with: golem-sim resume {run_dir})", 128 + signum)
+
+
+TRUST_HELP = ("run the plug-in code the run directory names (its manifest's files and modules): a run directory "
+              "is data, so this is refused unless asked")
+PLUGIN_HELP = "a plug-in file the run used, given again: its code may run (repeatable; the narrow --trust-plugins)"
+
+
+def _trusting(trust_plugins: bool, plugin: list[Path]):
+    from sim.plugins import trusting
+    return trusting(all=trust_plugins, files=plugin)
 
 
 def _progress():
@@ -315,6 +357,8 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
            out_dir: Optional[Path] = typer.Option(None, "--out", help="counterfactual run directory "
                                                                       "(default RUN-cf, RUN-cf2, ...)"),
            keep: bool = typer.Option(False, "--keep", help="keep the verification replay's directory"),
+           trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
+           plugin: list[Path] = typer.Option([], "--plugin", help=PLUGIN_HELP),
            quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Verify a run (re-execute from its manifest and recorded tape) or run a counterfactual with --set."""
     from sim import replay as rp
@@ -325,10 +369,10 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         if set_ and verify:
             raise InputError("--verify and --set: a verification replays the run unchanged; expected one of them")
         if not set_:
-            with compile_notice(lambda m: None if quiet else note(m)):
+            with compile_notice(lambda m: None if quiet else note(m)), _trusting(trust_plugins, plugin):
                 rep = rp.verify(run_dir, keep=keep)
             for line in rep.lines:
-                (out if rep.ok else err).print(line, highlight=False, soft_wrap=True)
+                (out if rep.ok else err).print(shown(line), highlight=False, soft_wrap=True)
             raise typer.Exit(0 if rep.ok else 1)
         target = out_dir
         if target is None:
@@ -336,39 +380,43 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
             while target.exists() and any(target.iterdir()):
                 i += 1
                 target = Path(f"{run_dir}-cf{i}")
-        with compile_notice(lambda m: None if quiet else note(m)):
+        with compile_notice(lambda m: None if quiet else note(m)), _trusting(trust_plugins, plugin):
             res = rp.counterfactual(run_dir, set_, target)
     except InputError as exc:
-        fail(str(exc))
+        fail_input(exc)
     except RunInterrupted as exc:
         if target is None:
             fail("verification interrupted; nothing was written to the run", 128 + exc.signum)
         _interrupted(target, exc.signum)
     if not quiet:
         out.print(summary_table(res.manifest, res.world))
-    out.print(f"counterfactual of {run_dir} ({', '.join(set_)}): {res.run_dir}")
+    out.print(f"counterfactual of {shown(run_dir)} ({shown(', '.join(set_))}): {shown(res.run_dir)}", highlight=False,
+              soft_wrap=True)
 
 
 @app.command()
 def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed run directory"),
+           trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
+           plugin: list[Path] = typer.Option([], "--plugin", help=PLUGIN_HELP),
            quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP)) -> None:
     """Continue a run from its latest checkpoint; the tables end byte-identical to an uninterrupted run."""
     from sim.resume import resume as do_resume
     from sim.notices import compile_notice
     from sim.world import RunInterrupted
     try:
-        with compile_notice(lambda m: None if quiet else note(m)):
+        with compile_notice(lambda m: None if quiet else note(m)), _trusting(trust_plugins, plugin):
             res = do_resume(run_dir)
     except InputError as exc:
-        fail(str(exc))
+        fail_input(exc)
     except RunInterrupted as exc:
         _interrupted(run_dir, exc.signum)
     for note in res.manifest.get("checkpoint_rejected") or []:
-        err.print(f"[yellow]warning:[/] {escape(one_line(note))}; resumed from the previous good one",
+        err.print(f"[yellow]warning:[/] {markup_escape(one_line(note))}; resumed from the previous good one",
                   highlight=False, soft_wrap=True)
     if not quiet:
         out.print(summary_table(res.manifest, res.world))
-    out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {res.run_dir}")
+    out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {shown(res.run_dir)}",
+              highlight=False, soft_wrap=True)
 
 
 #: diff's P/A/D are means over every heartbeat of the run, not the final state the run summary shows
@@ -384,8 +432,8 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
     try:
         d = diff_runs(run_a, run_b)
     except InputError as exc:
-        fail(str(exc))
-    t = Table(title=f"A = {run_a}   B = {run_b}")
+        fail_input(exc)
+    t = Table(title=f"A = {shown(run_a)}   B = {shown(run_b)}")
     for col in ("clade", "metric", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col in ("clade", "metric") else "right")
 
@@ -399,12 +447,12 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
         return f"{x:+.4f}"
     for row in d.iter_rows(named=True):
         k = row["metric"]
-        t.add_row(row["clade"], DIFF_LABELS.get(k, k), f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
+        t.add_row(shown(row["clade"]), DIFF_LABELS.get(k, k), f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
     out.print(t)
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         d.write_parquet(out_file)
-        out.print(f"written: {out_file}")
+        out.print(f"written: {shown(out_file)}", highlight=False, soft_wrap=True)
 
 
 #: import-tape: the Python keyword in a sim.tapes hint -> the command's own option
@@ -508,7 +556,7 @@ def import_tape_cmd(
         write_tape(df, out_file)
         n_events = detect_events(df).height
     except InputError as exc:
-        fail(str(exc))
+        fail_input(exc)
     except TapeError as exc:
         fail(_cli_hints(str(exc), extra_paths))
     from datetime import datetime, timezone
@@ -521,7 +569,7 @@ def import_tape_cmd(
     msg = (f"{out_file}: {df.height:,} bars of {asset} ({human_span(int(df['bar_ms'][0]) / 1000)} bars), "
            f"{iso(df['time_ms'][0])} .. {iso(df['time_ms'][-1])} UTC; extras: {', '.join(present) or 'none'}; "
            f"{n_events:,} events detected with the default thresholds")
-    out.print(msg, highlight=False, soft_wrap=True)
+    out.print(shown(msg), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -557,7 +605,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
             res = sw.run_sweep(sweep_file, out_dir, executor=ex, sets=set_,
                                seeds=sw.parse_seeds(seeds) if seeds else None, on_progress=progress)
     except InputError as exc:
-        fail(str(exc))   # fail() escapes rich markup: messages hold [brackets] (golem-sim[distributed])
+        fail_input(exc)   # fail() escapes rich markup: messages hold [brackets] (golem-sim[distributed])
     except sw.SweepInterrupted as exc:
         r = exc.result
         fail(f"interrupted: {len(r.rows)} of {r.planned} runs finished and summarised in {r.out / 'summary'}; "
@@ -567,7 +615,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
     if not quiet:   # piped output keeps the table's columns whole instead of 80 characters wide
         (out if out.is_terminal else Console(width=max(out.width, 150))).print(sw.summary_table(res))
     out.print(f"{res.planned} runs: {res.ok} ok ({res.reused} reused), {res.failed} failed, in {res.wall_s:.1f} s "
-              f"on {res.executor or 'no executor (nothing to run)'}; summary: {res.out / 'summary'}",
+              f"on {shown(res.executor or 'no executor (nothing to run)')}; summary: {shown(res.out / 'summary')}",
               highlight=False, soft_wrap=True)
     if res.failed:
         raise typer.Exit(1)

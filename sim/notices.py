@@ -14,6 +14,16 @@ COMPILE_NOTICE = ("compiling the numba kernels (first run only, up to about a mi
                   "from the cache)")
 
 
+def shown(text) -> str:
+    """Text from the input (a name, a path, a value) as rich prints it literally: markup escaped
+    ('[/]' would raise, '[link=...]' would make a link), control characters (newlines, ANSI
+    escapes) and undecodable bytes as visible escapes (sim.errors.escape)."""
+    from rich.markup import escape as markup_escape
+
+    from sim.errors import escape
+    return markup_escape(escape(str(text)))
+
+
 def human_span(seconds: float) -> str:
     """A length of time as people write it: '10 min', '2 h', '1.5 d', '45 s', '250 ms'."""
     s = float(seconds)

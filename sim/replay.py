@@ -226,7 +226,8 @@ def verify(run_dir: str | Path, keep: bool = False) -> VerifyReport:
     scenario = scenario_from_manifest(m, run_dir)
     cfg = config_from_manifest(m, run_dir)
     tape = tape_from_run(run_dir)
-    plugins = resolve_plugins(scenario, None, m.get("plugins"), source=f"{run_dir / 'manifest.json'} scenario")
+    plugins = resolve_plugins(scenario, None, m.get("plugins"), source=f"{run_dir / 'manifest.json'} scenario",
+                              from_run=True)
     changed_code = source_changes(m.get("plugins"), plugins)
     lines.extend(changed_code)
     tmp = Path(tempfile.mkdtemp(prefix="golem-verify-"))
@@ -282,7 +283,7 @@ def counterfactual(run_dir: str | Path, sets: list[str], out_dir: str | Path, pr
     return execute_prepared(scenario, cfg, seed, out_dir, scenario_path=m.get("scenario_path", ""), sources=sources,
                             sets=list(m.get("sets") or []) + list(sets), progress=progress, parent=parent,
                             changes=list(sets), tape=tape, tape_info=run_tape_info(tape, run_dir),
-                            plugins=resolve_plugins(scenario, None, m.get("plugins"), source="--set" if scen_sets else
+                            plugins=resolve_plugins(scenario, None, m.get("plugins"), from_run=True, source="--set" if scen_sets else
                                                     f"{run_dir / 'manifest.json'} scenario"))
 
 

@@ -89,8 +89,8 @@ def prepare(scenario_path: str | Path, *, seed: int | None = None, sets: list[st
     scenario = load_scenario(scenario_path, scen_sets)
     cfg, sources = config_layers.resolve(config_file, scenario.overrides, environ, cfg_sets,
                                          scenario_source=str(scenario_path))
-    from sim.plugins import resolve as resolve_plugins
-    resolve_plugins(scenario, scenario_path)   # a plug-in that cannot load is bad input, found before a run starts
+    from sim.plugins import check as check_plugins
+    check_plugins(scenario, scenario_path)   # every plug-in name resolves (nothing executed: validate uses this)
     run_seed = scenario.seed if seed is None else _check_seed(seed, "--seed")
     resources.check(scenario, cfg, str(scenario_path), record=record, environ=environ)
     return scenario, cfg, sources, run_seed

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.plugins import resolve as resolve_plugins
+from sim.errors import show
 from sim.scenario import InputError, _line_of, format_validation_error, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,18 +202,31 @@ def _resolve_scenario(name: str, sweep_file: Path) -> Path | None:
     return None
 
 
+#: most seeds one --seeds may name (a range beyond it is refused before anything is planned)
+MAX_SEEDS = 10_000
+#: the seeds a run accepts (sim.run._check_seed)
+SEED_MAX = 2**63 - 1
+
+
 def parse_seeds(text: str) -> list[int]:
-    """--seeds: '1,2,3' or 'start:stop' (stop exclusive)."""
+    """--seeds: '1,2,3' or 'start:stop' (stop exclusive): distinct seeds from 0 to 2**63 - 1, at
+    most MAX_SEEDS of them (a range is checked before it is expanded)."""
+    expected = (f"expected distinct integers from 0 to 2**63 - 1, as '1,2,3' or a range 'start:stop' of at most "
+                f"{MAX_SEEDS:,} seeds")
+    shown = show(text)
     try:
         if ":" in text:
             a, b = (int(x) for x in text.split(":"))
+            if b - a > MAX_SEEDS:
+                raise InputError(f"--seeds {shown}: a range of {b - a:,} seeds; {expected}")
             seeds = list(range(a, b))
         else:
             seeds = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         seeds = []
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise InputError(f"--seeds {text!r}: expected distinct integers '1,2,3' or a range 'start:stop'")
+    if not seeds or len(set(seeds)) != len(seeds) or len(seeds) > MAX_SEEDS or \
+            not all(0 <= x <= SEED_MAX for x in seeds):
+        raise InputError(f"--seeds {shown}: {expected}")
     return seeds
 
 
@@ -607,9 +621,25 @@ class DaskExecutor:
             self.cluster.close()
 
 
+def check_address(address: str) -> None:
+    """--scheduler: a URL whose host and port parse (urlsplit refuses 'tcp://[::1', a port of 99999)."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(address if "://" in address else f"tcp://{address}")
+        parts.port   # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise InputError(f"--scheduler {show(address)}: {exc}; expected tls://HOST:PORT (or tcp://HOST:PORT on "
+                         "loopback)") from None
+    if not parts.hostname:
+        raise InputError(f"--scheduler {show(address)}: no host; expected tls://HOST:PORT (or tcp://HOST:PORT on "
+                         "loopback)")
+
+
 def make_executor(workers: int | None = None, dask_local: int | None = None, scheduler: str | None = None,
                   tls: tuple[str | None, str | None, str | None] | None = None, worker_timeout: float = 60.0):
     """The command line's choice: --scheduler ADDR, --dask-local N, or the local pool (--workers N)."""
+    if scheduler:
+        check_address(scheduler)
     if dask_local is not None and scheduler:
         raise InputError("--dask-local and --scheduler: expected one of them")
     if tls and any(tls) and not scheduler:
@@ -850,7 +880,9 @@ def _mean(xs):
 def summary_table(result: SweepResult):
     """Per scenario x parameter combination: runs, failed, mean P&L, valence bias, mood congruence."""
     from rich.table import Table
-    t = Table(title=f"sweep {result.out}")
+
+    from sim.notices import shown
+    t = Table(title=f"sweep {shown(result.out)}")
     t.add_column("scenario", no_wrap=True)
     t.add_column("parameters", overflow="fold", min_width=12)
     for col in ("runs", "failed", "mean P&L", "P&L %", "valence bias", "mood congr."):
@@ -863,7 +895,7 @@ def summary_table(result: SweepResult):
         return "-" if x is None else format(scale * x, fmt)
     for (scen, combo), rs in groups.items():
         ok = [r for r in rs if r["status"] == "ok"]
-        t.add_row(scen, "\n".join(rs[0]["overrides"]) or "(defaults)", str(len(rs)),
+        t.add_row(shown(scen), "\n".join(shown(o) for o in rs[0]["overrides"]) or "(defaults)", str(len(rs)),
                   str(sum(r["status"] == "failed" for r in rs)), f(_mean([r["pnl"] for r in ok]), "+,.0f"),
                   f(_mean([r["pnl_pct"] for r in ok]), "+.2f", 100), f(_mean([r["mean_valence_bias"] for r in ok]), "+.4f"),
                   f(_mean([r["mean_mood_congruence"] for r in ok]), "+.4f"))

@@ -279,6 +279,26 @@ def _unit_recording(cfg):
         return sorted(p.name for p in (run.run_dir / "heartbeats").iterdir())
 
 
+def _unit_plugin_time_limit(cfg):
+    """plugins.call_timeout_s bites only on a plug-in call that long: one of 0.2 s passes under the
+    default limit and fails under 0.05 s (sim.plugins.time_limit)."""
+    import time
+    from types import SimpleNamespace
+
+    from golem.plugins import CohortView, Plugin, PluginError, call
+    from sim.plugins import time_limit
+
+    def slow(view):
+        time.sleep(0.2)
+        return np.zeros(view.n)
+    view = CohortView(SimpleNamespace(cfg=cfg), np.array([0]), SimpleNamespace(now_ms=0))
+    try:
+        call(Plugin("slow", slow, guard=time_limit), view)
+        return "in time"
+    except PluginError as exc:
+        return str(exc)
+
+
 _SALIENCE = Check(unit=_unit_salience)
 _RETRIEVAL = Check(unit=_unit_retrieval)
 _CURATOR = Check(unit=_unit_curator)
@@ -322,6 +342,7 @@ CHECKS: dict[str, Check] = {
     "dream": Check(sets=("duration=25h",), why="a dream comes once a day"),
     "flashbulb.regime_lookback_ticks": Check(value=30, why="the crash regime comes back after 60 ticks"),
     "trading.fail_prob": Check(value=0.5, why="at 0.8 % no trade of the short run would fail"),
+    "plugins.call_timeout_s": Check(unit=_unit_plugin_time_limit, value=0.05, why="only a call that long notices it"),
 }
 
 

@@ -103,7 +103,7 @@ def test_a_strategy_from_a_file_outside_the_package_drives_the_run(where, tmp_pa
     f = scenario(where, "my_strategies.py:constant", "my_strategies.py:by_id",
                  extra="  - {count: 1, clade: other, asset: ETH, strategy: my_strategies.py:constant, "
                        "strategy_params: {level: 0.8}, interval: 10m}\n", name="drives.yaml")   # a cohort of its own
-    res = run(f, tmp_path / "run", sets=["decision.fear_scale=0", "mortality.enabled=false", "decision.danger_cooloff_s=0"])
+    res = run(f, tmp_path / "run", sets=["mortality.enabled=false", "decision.danger_cooloff_s=0"])
     hb = table(res.run_dir, "heartbeats").filter(pl.col("state_path") != "DREAMING")
     aimed = hb.filter(pl.col("probe") != "high")    # a high probe exits, whatever the strategy (no cool-off here)
     by_golem = aimed.group_by("golem_id").agg(pl.col("target_exposure").unique()).sort("golem_id")
@@ -116,8 +116,10 @@ def test_a_strategy_from_a_file_outside_the_package_drives_the_run(where, tmp_pa
     rec = {r["key"]: r for r in m["plugins"]["loaded"]}
     assert rec["golems.0.strategy"]["file"] == str(where / "my_strategies.py")
     assert rec["golems.0.strategy"]["import_path"] == f"{where / 'my_strategies.py'}:constant"
+    # the hash covers the file's path and its content: another file cannot stand in for it
+    src = where / "my_strategies.py"
     assert rec["golems.0.strategy"]["sha256"] == __import__("hashlib").sha256(
-        (where / "my_strategies.py").read_bytes()).hexdigest()
+        str(src).encode() + b"\0" + src.read_bytes()).hexdigest()
     assert rec["golems.2.strategy"]["params"] == {"level": 0.8}
 
 
@@ -172,7 +174,7 @@ def test_the_view_says_what_the_tables_say(where, tmp_path):
 
 def test_the_view_is_read_only(where, tmp_path):
     code, out = cli("run", scenario(where, "my_strategies.py:writes"), "--out", tmp_path / "o", "-q")
-    assert code == 2 and "read-only" in out and "my_strategies.py:writes" in out
+    assert code == 1 and "read-only" in out and "my_strategies.py:writes" in out   # a run that started and failed
 
 
 def test_view_rows_and_time_by_hand():
@@ -217,7 +219,7 @@ def test_a_faulty_plug_in_is_one_line_and_keeps_what_was_written(where, tmp_path
     out = tmp_path / "run"
     code, text = cli("run", f, "--out", out, "-q")
     flat = text.replace("\n", "")
-    assert code == 2 and "Traceback" not in text, text
+    assert code == 1 and "Traceback" not in text, text   # the run started and failed (README, exit status)
     assert text.strip().startswith("error:") and "\n" not in text.strip(), text   # one line
     for e in [str(f), "golems.0.strategy", f"'my_strategies.py:{fn}'", *expect, "manifest status: failed"]:
         assert e in flat, (e, text)
@@ -266,7 +268,7 @@ def test_registered_and_module_plug_ins(where, tmp_path, monkeypatch):
     stratm.register("steady", lambda view: np.full(view.n, 0.6))
     try:
         res = run(scenario(where, "steady", "my_strategies:constant"), tmp_path / "run",
-                  sets=["decision.fear_scale=0", "mortality.enabled=false", "decision.danger_cooloff_s=0"])
+                  sets=["mortality.enabled=false", "decision.danger_cooloff_s=0"])
     finally:
         del stratm.REGISTRY["steady"]
     rec = {r["key"]: r for r in res.manifest["plugins"]["loaded"]}
@@ -286,7 +288,7 @@ def test_entry_point_names(where, tmp_path, monkeypatch):
     (pkg / "fancy_pkg-1.0.dist-info" / "entry_points.txt").write_text("[golem_sim.strategies]\nfancy = fancy_pkg:go\n")
     (pkg / "fancy_pkg.py").write_text("import numpy as np\ndef go(view):\n    return np.full(view.n, 0.45)\n")
     monkeypatch.syspath_prepend(str(pkg))
-    res = run(scenario(where, "fancy", "momentum"), tmp_path / "run", sets=["decision.fear_scale=0"])
+    res = run(scenario(where, "fancy", "momentum"), tmp_path / "run")
     assert res.manifest["plugins"]["loaded"][0]["import_path"] == "fancy_pkg:go"
     hb = table(res.run_dir, "heartbeats").filter((pl.col("golem_id") < 3) & (pl.col("tick") == 0))
     assert set(hb["target_exposure"]) == {0.45}
@@ -299,16 +301,16 @@ def test_replay_verify_names_changed_plug_in_code(where, tmp_path):
     src.write_text(PLUGINS)
     f = scenario(d, "my_strategies.py:by_id")
     res = run(f, tmp_path / "run")
-    code, text = cli("replay", res.run_dir, "--verify")
+    code, text = cli("replay", res.run_dir, "--verify", "--plugin", src)
     assert code == 0 and "ok: 7 tables identical" in text, text
     src.write_text(PLUGINS + "\n# a comment changes the file, not what it does\n")
-    code, text = cli("replay", res.run_dir, "--verify")
+    code, text = cli("replay", res.run_dir, "--verify", "--plugin", src)
     flat = text.replace("\n", " ")
     assert code == 1, text
     assert "golems.0.strategy: strategy 'my_strategies.py:by_id'" in flat and "source changed since the run" in flat
     assert "tables are identical" in flat
     src.write_text(PLUGINS.replace("view.golem_id / 10.0", "view.golem_id / 20.0"))
-    code, text = cli("replay", res.run_dir, "--verify")
+    code, text = cli("replay", res.run_dir, "--verify", "--trust-plugins")
     assert code == 1 and "source changed" in text and "heartbeats: row" in text, text
     # a counterfactual may change the strategy (on the same recorded tape)
     src.write_text(PLUGINS)
@@ -328,7 +330,7 @@ def test_resume_loads_the_recorded_plug_in(where, tmp_path, monkeypatch):
     sim.world.rec.sync()                 # as a kill would leave it: the flushed parts and a checkpoint
     assert (tmp_path / "killed" / "checkpoint").exists()
     monkeypatch.chdir(tmp_path)
-    code, text = cli("resume", tmp_path / "killed", "-q")
+    code, text = cli("resume", tmp_path / "killed", "-q", "--plugin", where / "my_strategies.py")
     assert code == 0, text
     assert content_hashes(tmp_path / "killed") == ref.manifest["hashes"]
 
@@ -378,8 +380,9 @@ def funding_tape(tmp_path_factory):
     d = tmp_path_factory.mktemp("funding")
     t = 1_600_000_000_000 + 3_600_000 * np.arange(48)
     close = 10_000 * np.exp(np.cumsum(np.random.default_rng(0).normal(0, 0.003, 48)))
-    pl.DataFrame({"timestamp": t, "open": np.r_[10_000, close[:-1]], "high": close * 1.001, "low": close * 0.999,
-                  "close": close, "volume": np.ones(48)}).write_csv(d / "btc.csv")
+    open_ = np.r_[10_000, close[:-1]]
+    pl.DataFrame({"timestamp": t, "open": open_, "high": np.maximum(open_, close) * 1.001,
+                  "low": np.minimum(open_, close) * 0.999, "close": close, "volume": np.ones(48)}).write_csv(d / "btc.csv")
     pl.DataFrame({"timestamp": t, "funding_rate": np.where(np.arange(48) < 24, 0.002, -0.002)}).write_csv(d / "f.csv")
     code, out = cli("import-tape", d / "btc.csv", "--asset", "BTC", "--time-unit", "ms", "--extra",
                     f"funding_rate={d / 'f.csv'}:funding_rate", "--out", d / "btc.parquet")
@@ -417,7 +420,7 @@ def test_a_hook_that_fails_is_one_line(where, tmp_path):
     f.write_text(f.read_text().replace("strategy: momentum}", "strategy: momentum, appraisal_hooks: [hooks_bad.py:h]}"))
     code, text = cli("run", f, "--out", tmp_path / "o", "-q")
     flat = text.replace("\n", "")
-    assert code == 2 and "Traceback" not in text
+    assert code == 1 and "Traceback" not in text
     assert "golems.0.appraisal_hooks.0: appraisal hook 'hooks_bad.py:h' raised AttributeError" in flat
     assert "DECIDING only" in flat
 
@@ -448,7 +451,7 @@ def test_a_sweep_runs_plug_ins_in_its_workers_and_reruns_edited_ones(where, tmp_
     d.mkdir()
     (d / "my_strategies.py").write_text(PLUGINS)
     scenario(d, "my_strategies.py:by_id", name="s.yaml")
-    (d / "sweep.yaml").write_text("scenarios: [s.yaml]\noverride_sets:\n  - {decision.fear_scale: 0.0}\n"
+    (d / "sweep.yaml").write_text("scenarios: [s.yaml]\noverride_sets:\n  - {decision.min_trade: 0.25}\n"
                                   "seeds: [1]\nsets: {duration: 3h}\n")
     first = sw.run_sweep(d / "sweep.yaml", d / "out", executor=sw.LocalPool(1), environ={})
     assert first.ok == 1 and first.reused == 0
