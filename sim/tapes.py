@@ -18,10 +18,12 @@ Tape schema (exact column order and dtypes, see :data:`TAPE_SCHEMA`)::
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from sim.yaml_input import open_regular, read_input
 
 try:  # polars raises Rust panics as PanicException, which derives from BaseException
     from polars.exceptions import PanicException as _PanicException
@@ -78,6 +82,8 @@ _TIME_UNITS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_00
 # year 1 .. year 9999: keeps every time printable in messages and far from Int64 overflow
 _MIN_MS = -62_135_596_800_000
 _MAX_MS = 253_402_300_799_999
+#: year 1000: a text time before it was written with a short year ('17-08-17' read as 0017)
+_MIN_TEXT_MS = -30_610_224_000_000
 _FORMATS = {
     "csv": "csv", "tsv": "csv", "txt": "csv",
     "parquet": "parquet", "pq": "parquet",
@@ -186,11 +192,15 @@ def _resolve_format(path: Path, fmt: str | None) -> str:
     return _FORMATS[ext]
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TapeError(f"{path}: cannot open the file ({_short(exc)}); expected a readable file") from exc
+#: a JSON tape is parsed whole by Python's json (its objects take ~10x the file): larger files go in as CSV or Parquet
+MAX_JSON_BYTES = 64 * 2**20
+#: a CSV whose lines end in a lone \r is normalised in memory, up to this size (other CSVs are streamed)
+MAX_CR_CSV_BYTES = 64 * 2**20
+_CHUNK = 1 << 20
+
+
+def _read_bytes(path: Path, limit: int) -> bytes:
+    data = read_input(path, limit, "a tape file", TapeError)
     if not data.strip():
         raise TapeError(f"{path}: row 1: the file is empty; expected a header and at least one data row")
     return data
@@ -205,48 +215,86 @@ def _decode(path: Path, data: bytes) -> str:
     return text.lstrip("\ufeff")
 
 
-def _read_csv(path: Path, data: bytes, sep: str) -> pl.DataFrame:
+def _scan_bytes(path: Path) -> bool:
+    """One pass over a CSV in 1 MiB pieces (memory does not grow with the file): empty file and
+    UTF-8 errors (naming the line) refused; True when some line ends in a lone \\r, which the
+    streaming reader does not take for a line end."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines, lone_cr, prev_cr, content = 0, False, False, False
+    with os.fdopen(open_regular(path, "a tape file", TapeError), "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                line = lines + chunk[: max(exc.start, 0)].count(b"\n") + 1
+                raise TapeError(f"{path}: line {line}: bytes are not valid UTF-8; expected UTF-8 text") from None
+            lines += chunk.count(b"\n")
+            content = content or bool(chunk.strip())
+            lone_cr = lone_cr or (prev_cr and not chunk.startswith(b"\n")) or \
+                re.search(rb"\r(?!\n)", chunk[:-1] if chunk.endswith(b"\r") else chunk) is not None
+            prev_cr = chunk.endswith(b"\r")
+    if not content:
+        raise TapeError(f"{path}: row 1: the file is empty; expected a header and at least one data row")
+    return lone_cr
+
+
+def _text_lines(path: Path, text: str | None):
+    """The CSV's text as a stream of lines for the csv module: the normalised text, or the file
+    read lazily (universal newlines, BOM dropped)."""
+    if text is not None:
+        return io.StringIO(text)
+    return io.TextIOWrapper(os.fdopen(open_regular(path, "a tape file", TapeError), "rb"),
+                            encoding="utf-8-sig", newline="")
+
+
+def _read_csv(path: Path, sep: str) -> tuple[pl.LazyFrame, str | None]:
+    """The CSV as a lazy frame of text columns (types would be guessed from the first rows and
+    misreport later ones), with `_row` (1-based data row) and `_blank` (a row of empty cells).
+    The file is scanned, not loaded: only the columns a tape needs are ever collected."""
     if not isinstance(sep, str) or len(sep.encode("utf-8")) != 1 or sep in "\r\n\"":
         raise TapeError(f"{path}: separator {sep!r} is not usable; expected a single one-byte character")
-    # universal newlines: a header ending in \r (or \r\n) before \n rows must not swallow a row
-    text = _decode(path, data).replace("\r\n", "\n").replace("\r", "\n")
+    text = None
+    if _scan_bytes(path):
+        # lines ending in a lone \r (old Mac exports, mixed files): normalised in memory
+        text = _decode(path, _read_bytes(path, MAX_CR_CSV_BYTES)).replace("\r\n", "\n").replace("\r", "\n")
+    source = io.BytesIO(text.encode("utf-8")) if text is not None else path
     try:
-        # everything as text: type inference on the first rows would misreport later rows
-        df = pl.read_csv(
-            io.BytesIO(text.encode("utf-8")), separator=sep, infer_schema=False, has_header=True,
-        )
+        lf = pl.scan_csv(source, separator=sep, infer_schema=False, has_header=True) if text is None else \
+            pl.read_csv(source, separator=sep, infer_schema=False, has_header=True).lazy()
+        names = lf.collect_schema().names()
     except pl.exceptions.NoDataError as exc:
         raise TapeError(f"{path}: row 1: the file is empty; expected a header and at least one data row") from exc
     except (Exception, _PanicException) as exc:
-        raise TapeError(f"{path}: {_csv_diagnosis(text, sep)} ({_short(exc)})") from exc
-    _check_row_count(path, text, sep, df)
-    return df
+        raise TapeError(f"{path}: {_csv_diagnosis(path, text, sep)} ({_short(exc)})") from exc
+    blank = pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "") for c in names])
+    return lf.with_row_index("_row", offset=1).with_columns(pl.col("_row").cast(pl.Int64), blank.alias("_blank")), text
 
 
-def _check_row_count(path: Path, text: str, sep: str, df: pl.DataFrame) -> None:
+def _check_row_count(path: Path, text: str | None, sep: str, got: int) -> None:
     """Every non-blank line after the header is one bar: a reader that merged or skipped lines
-    (odd quoting, stray separators) is an error, never a silently shorter tape."""
+    (odd quoting, stray separators) is an error, never a silently shorter tape. The csv module
+    counts the lines as it streams them."""
     try:
-        lines = [r for r in csv.reader(io.StringIO(text), delimiter=sep) if any(c.strip() for c in r)]
+        with _text_lines(path, text) as fh:
+            lines = sum(1 for r in csv.reader(fh, delimiter=sep) if any(c.strip() for c in r))
     except csv.Error:
         return   # the csv module cannot count it either; polars' own parse stands
-    expected = max(len(lines) - 1, 0)
-    blank = df.select(pl.all_horizontal(pl.all().is_null() | (pl.all().str.strip_chars() == ""))).to_series()
-    got = df.height - int(blank.sum())
+    expected = max(lines - 1, 0)
     if got != expected:
         raise TapeError(f"{path}: read {got} data rows but the file has {expected} non-blank lines after the "
                         "header; expected one bar per line (check quoting and separators)")
 
 
-def _csv_diagnosis(text: str, sep: str) -> str:
+def _csv_diagnosis(path: Path, text: str | None, sep: str) -> str:
     """Find the row polars choked on (usually a row with too many fields) for the message."""
     try:
-        rows = csv.reader(io.StringIO(text), delimiter=sep)
-        header = next(rows)
-        for n, row in enumerate(rows, start=1):
-            if len(row) > len(header):
-                return (f"row {n}: {len(row)} fields; expected at most {len(header)} "
-                        f"(the header has {len(header)})")
+        with _text_lines(path, text) as fh:
+            rows = csv.reader(fh, delimiter=sep)
+            header = next(rows)
+            for n, row in enumerate(rows, start=1):
+                if len(row) > len(header):
+                    return (f"row {n}: {len(row)} fields; expected at most {len(header)} "
+                            f"(the header has {len(header)})")
     except (csv.Error, StopIteration, ValueError) as exc:
         return f"not parseable as CSV ({_short(exc)}); expected a CSV file with a header row"
     return "not parseable as CSV; expected a CSV file with a header row"
@@ -336,25 +384,62 @@ def _read_json(path: Path, data: bytes, records_key: str | None = None) -> pl.Da
     return pl.DataFrame(cols)
 
 
-def _read_raw(path: Path, fmt: str | None, sep: str, records_key: str | None = None) -> pl.DataFrame:
-    """Read one file into a frame of raw columns (names stripped of whitespace and BOM)."""
-    kind = _resolve_format(path, fmt)
-    data = _read_bytes(path)
-    if kind == "csv":
-        df = _read_csv(path, data, sep)
-    elif kind == "json":
-        df = _read_json(path, data, records_key)
-    else:
+@dataclass
+class _Raw:
+    """One file's columns, not yet collected: `header` (no rows) has the names and types, `lf`
+    the rows with `_row` (1-based data row); a CSV also keeps `sep` and its normalised `text`
+    (None when streamed) for the row count."""
+
+    path: Path
+    lf: pl.LazyFrame
+    header: pl.DataFrame
+    sep: str | None = None
+    text: str | None = None
+
+    def collect(self, columns: list[str]) -> pl.DataFrame:
+        """The named columns and `_row`, blank CSV lines left out; the count of rows checked
+        against the lines the csv module sees; at least one row."""
+        lf = self.lf.filter(~pl.col("_blank")) if self.sep is not None else self.lf
         try:
-            df = pl.read_parquet(io.BytesIO(data))
+            df = lf.select(*dict.fromkeys(columns), "_row").collect(engine="streaming")
         except (Exception, _PanicException) as exc:
-            raise TapeError(f"{path}: not a readable Parquet file ({_short(exc)}); expected Parquet") from exc
-    stripped = [c.strip().lstrip("\ufeff").strip() for c in df.columns]
+            if self.sep is None:
+                raise
+            raise TapeError(f"{self.path}: {_csv_diagnosis(self.path, self.text, self.sep)} ({_short(exc)})") from exc
+        if self.sep is not None:
+            _check_row_count(self.path, self.text, self.sep, df.height)
+        if df.height == 0:
+            raise TapeError(f"{self.path}: row 1: no data rows; expected a header and at least one data row")
+        return df
+
+
+def _read_raw(path: Path, fmt: str | None, sep: str, records_key: str | None = None) -> _Raw:
+    """One file's raw columns (names stripped of whitespace and BOM), not yet read for a CSV."""
+    kind = _resolve_format(path, fmt)
+    text = None
+    if kind == "csv":
+        lf, text = _read_csv(path, sep)
+    else:
+        if kind == "json":
+            df = _read_json(path, _read_bytes(path, MAX_JSON_BYTES), records_key)
+        else:
+            fd = open_regular(path, "a tape file", TapeError)
+            try:
+                with os.fdopen(fd, "rb") as fh:
+                    df = pl.read_parquet(fh)
+            except (Exception, _PanicException) as exc:
+                raise TapeError(f"{path}: not a readable Parquet file ({_short(exc)}); expected Parquet") from exc
+        if df.height == 0:
+            raise TapeError(f"{path}: row 1: no data rows; expected a header and at least one data row")
+        lf = df.lazy().with_row_index("_row", offset=1).with_columns(pl.col("_row").cast(pl.Int64))
+    schema = {n: t for n, t in lf.collect_schema().items() if n not in ("_row", "_blank")}
+    stripped = [c.strip().lstrip("\ufeff").strip() for c in schema]
     if len(set(stripped)) == len(stripped):
-        df = df.rename(dict(zip(df.columns, stripped)))
-    if df.width == 0 or df.height == 0:
+        lf = lf.rename(dict(zip(schema, stripped)))
+        schema = dict(zip(stripped, schema.values()))
+    if not schema:
         raise TapeError(f"{path}: row 1: no data rows; expected a header and at least one data row")
-    return df
+    return _Raw(path, lf, pl.DataFrame(schema=schema), sep if kind == "csv" else None, text)
 
 
 def _find_column(df: pl.DataFrame, name: str, explicit: bool) -> str | None:
@@ -389,7 +474,7 @@ def _time_column(df: pl.DataFrame, time_col: str | None, path: Path, expected: l
     if not found:
         raise TapeError(
             f"{path}: header: no time column found (looked for {', '.join(repr(n) for n in _TIME_NAMES[:8])}, ...); "
-            f"expected one, or time_col=... naming it; found columns {', '.join(repr(c) for c in df.columns)}")
+            f"expected one, or time_col=... naming it; {_found_columns(path, df)}")
     tcol = found[0]
     if notes is not None:
         close = _squash(tcol) in _CLOSE_TIME_NAMES
@@ -411,12 +496,21 @@ def _check_gas(values: pl.Series, rows: pl.Series, path: Path | str, label: str,
 def _missing(path: Path, what: str, wanted: str, df: pl.DataFrame, expected: list[str]) -> TapeError:
     return TapeError(
         f"{path}: header: missing required column {wanted!r} ({what}); expected columns "
-        f"{', '.join(repr(e) for e in expected)}; found columns {', '.join(repr(c) for c in df.columns)}"
+        f"{', '.join(repr(e) for e in expected)}; {_found_columns(path, df)}"
     )
 
 
-def _parse_float(col: pl.Series, path: Path, label: str) -> pl.Series:
-    """Column -> Float64, naming the first row whose text is not a number."""
+def _found_columns(path: Path | str, df: pl.DataFrame) -> str:
+    """The header as an error may quote it: a short escaped excerpt, and only from a regular file
+    named directly (a link may point at a file that is not a tape, such as /etc/shadow)."""
+    from sim.errors import clip, escape
+    if not os.path.isfile(path) or os.path.islink(path):
+        return f"found {df.width} column(s) (not shown: {path} is a link or not a regular file)"
+    return "found columns " + clip(escape(", ".join(repr(c) for c in df.columns)), 120)
+
+
+def _parse_float(col: pl.Series, rows: pl.Series, path: Path, label: str) -> pl.Series:
+    """Column -> Float64, naming the first row (`rows`: data row numbers) whose text is not a number."""
     dtype = col.dtype
     if dtype == pl.String:
         text = col.str.strip_chars()
@@ -424,7 +518,7 @@ def _parse_float(col: pl.Series, path: Path, label: str) -> pl.Series:
         bad = _first_true(text.is_not_null() & (text != "") & out.is_null())
         if bad is not None:
             raise TapeError(
-                f"{path}: row {bad + 1}: {label} value {text[bad]!r} is not a number; expected a number"
+                f"{path}: row {rows[bad]}: {label} value {text[bad]!r} is not a number; expected a number"
             )
         return out
     if dtype.is_numeric() and dtype != pl.Boolean:
@@ -501,9 +595,11 @@ def _epoch_ms_from_numbers(num: pl.Series, ints: pl.Series | None, unit: str) ->
     return pl.select(pl.coalesce([pl.lit(exact), pl.lit(approx)])).to_series()
 
 
-def _parse_time(col: pl.Series, path: Path, label: str, time_format: str | None,
+def _parse_time(col: pl.Series, rows: pl.Series, path: Path, label: str, time_format: str | None,
                 time_unit: str | None) -> pl.Series:
-    """Time column -> Int64 ms since the epoch, UTC; naive times are taken as UTC."""
+    """Time column -> Int64 ms since the epoch, UTC; naive times are taken as UTC. A text year
+    has four digits: '17-08-17' is refused (not read as the year 17), unless `time_format` says
+    how to read it ('%y-%m-%d')."""
     if time_unit is not None and time_unit not in _TIME_UNITS:
         raise TapeError(f"{path}: time_unit {time_unit!r} for {label}; expected one of s, ms, us, ns")
     dtype = col.dtype
@@ -535,11 +631,19 @@ def _parse_time(col: pl.Series, path: Path, label: str, time_format: str | None,
         raise TapeError(f"{path}: row 1: {label} has type {dtype}; expected date-times, text or numbers")
     missing = _first_true(col.is_null())
     if missing is not None:
-        raise TapeError(f"{path}: row {missing + 1}: {label} is missing; expected {expected}")
+        raise TapeError(f"{path}: row {rows[missing]}: {label} is missing; expected {expected}")
     if dtype == pl.String:
         blank = _first_true(col.str.strip_chars() == "")
         if blank is not None:
-            raise TapeError(f"{path}: row {blank + 1}: {label} is empty; expected {expected}")
+            raise TapeError(f"{path}: row {rows[blank]}: {label} is empty; expected {expected}")
+        if time_unit is None:
+            short = _first_true(ms.is_not_null() & (ms < _MIN_TEXT_MS) &
+                                ~col.str.strip_chars().str.contains(r"^\d{4}"))
+            if short is not None:
+                raise TapeError(f"{path}: row {rows[short]}: {label} value {col[short]!r} has a year of fewer than "
+                                "four digits (read as the year "
+                                f"{_fmt_ms(int(ms[short]))[:4].lstrip('0') or '0'}); expected four-digit years "
+                                "(for two-digit years pass time_format, e.g. '%y-%m-%d')")
     bad = _first_true(ms.is_null() | (ms < _MIN_MS) | (ms > _MAX_MS))
     if bad is not None:
         hint = ""
@@ -547,7 +651,7 @@ def _parse_time(col: pl.Series, path: Path, label: str, time_format: str | None,
             if col.str.strip_chars().cast(pl.Float64, strict=False)[bad] is not None:
                 hint = " (it looks like an epoch number: pass time_unit='s'|'ms'|'us'|'ns')"
         raise TapeError(
-            f"{path}: row {bad + 1}: cannot parse {label} value {col[bad]!r}{hint}; expected {expected}"
+            f"{path}: row {rows[bad]}: cannot parse {label} value {col[bad]!r}{hint}; expected {expected}"
         )
     return ms.cast(pl.Int64)
 
@@ -555,26 +659,33 @@ def _parse_time(col: pl.Series, path: Path, label: str, time_format: str | None,
 def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str | None, time_format: str | None,
                time_unit: str | None, columns: dict[str, str], gas_unit: str = "gwei",
                records_key: str | None = None, notes: list[str] | None = None) -> pl.DataFrame:
-    """One bar file -> validated frame (time_ms, prices, volume, present extras, _row)."""
-    df = _read_raw(path, fmt, sep, records_key)
+    """One bar file -> validated frame (time_ms, prices, volume, present extras, _row).
+
+    Only the columns a tape needs are read, and each text column is dropped once parsed."""
+    raw = _read_raw(path, fmt, sep, records_key)
+    head = raw.header
     expected = [*(columns.get(c, c) for c in PRICE_COLUMNS)]
-    tcol = _time_column(df, time_col, path, expected, notes)
+    tcol = _time_column(head, time_col, path, expected, notes)
     expected = [tcol, *expected]
-    rows = pl.Series("_row", range(1, df.height + 1), dtype=pl.Int64)
-    out: dict[str, pl.Series] = {
-        "time_ms": _parse_time(df[tcol], path, f"time column {tcol!r}", time_format, time_unit)
-    }
+    sources: dict[str, str] = {}
     for canon in _CANONICAL:
         explicit = canon in columns
-        src = _find_column(df, columns.get(canon, canon), explicit)
+        src = _find_column(head, columns.get(canon, canon), explicit)
         if src is None:
             if canon in PRICE_COLUMNS:
-                raise _missing(path, canon, columns.get(canon, canon), df, expected)
+                raise _missing(path, canon, columns.get(canon, canon), head, expected)
             if explicit:
-                raise _missing(path, canon, columns[canon], df, expected)
+                raise _missing(path, canon, columns[canon], head, expected)
             continue
-        values = _parse_float(df[src], path, f"{canon} (column {src!r})")
+        sources[canon] = src
+    df = raw.collect([tcol, *sources.values()])
+    rows = df["_row"]
+    out: dict[str, pl.Series] = {
+        "time_ms": _parse_time(df[tcol], rows, path, f"time column {tcol!r}", time_format, time_unit)
+    }
+    for canon, src in sources.items():
         label = f"{canon} (column {src!r})"
+        values = _parse_float(df[src], rows, path, label)
         if canon in PRICE_COLUMNS:
             _check_numbers(values, rows, path, label, allow_null=False, minimum="positive")
         elif canon == "volume":
@@ -587,17 +698,27 @@ def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str | None, t
                 values = values * GAS_UNITS[gas_unit]
                 _check_gas(values, rows, path, label, gas_unit)
         out[canon] = values.alias(canon)
+    del df
     if "volume" not in out:
-        out["volume"] = pl.Series("volume", [0.0] * df.height, dtype=pl.Float64)
+        out["volume"] = pl.Series("volume", [0.0] * rows.len(), dtype=pl.Float64)
         if notes is not None:
             notes.append(f"{path}: no volume column; volume is 0 on every bar")
-    bad = _first_true(out["high"] < out["low"])
-    if bad is not None:
-        raise TapeError(
-            f"{path}: row {bad + 1}: high {out['high'][bad]} < low {out['low'][bad]}; expected high >= low"
-        )
+    _check_ohlc(out["open"], out["high"], out["low"], out["close"], rows, path)
     frame = pl.DataFrame([s.alias(name) for name, s in out.items()])
     return frame.with_columns(rows)
+
+
+def _check_ohlc(o: pl.Series, h: pl.Series, lo: pl.Series, c: pl.Series, rows: pl.Series, where: Path | str) -> None:
+    """A bar's prices are consistent: low <= open, close <= high (a close above the high is a
+    corrupt row, not a price to replay)."""
+    for mask, what in ((h < lo, "high {h} < low {l}; expected high >= low"),
+                       (o > h, "open {o} > high {h}; expected low <= open <= high"),
+                       (o < lo, "open {o} < low {l}; expected low <= open <= high"),
+                       (c > h, "close {c} > high {h}; expected low <= close <= high"),
+                       (c < lo, "close {c} < low {l}; expected low <= close <= high")):
+        bad = _first_true(mask)
+        if bad is not None:
+            raise TapeError(f"{where}: row {rows[bad]}: " + what.format(o=o[bad], h=h[bad], l=lo[bad], c=c[bad]))
 
 
 def _apply_order(df: pl.DataFrame, order: str, names: list[str], what: str) -> pl.DataFrame:
@@ -632,15 +753,16 @@ def _apply_order(df: pl.DataFrame, order: str, names: list[str], what: str) -> p
 
 def _load_extra(extra: ExtraSeries, order: str, gas_unit: str = "gwei", notes: list[str] | None = None) -> pl.DataFrame:
     path = Path(extra.path)
-    df = _read_raw(path, None, extra.sep, extra.records_key)
-    tcol = _time_column(df, extra.time_col, path, [extra.column], notes)
-    vcol = _find_column(df, extra.column, explicit=True)
+    raw = _read_raw(path, None, extra.sep, extra.records_key)
+    tcol = _time_column(raw.header, extra.time_col, path, [extra.column], notes)
+    vcol = _find_column(raw.header, extra.column, explicit=True)
     if vcol is None:
-        raise _missing(path, extra.name, extra.column, df, [tcol, extra.column])
-    rows = pl.Series("_row", range(1, df.height + 1), dtype=pl.Int64)
-    time_ms = _parse_time(df[tcol], path, f"time column {tcol!r}", extra.time_format, extra.time_unit)
+        raise _missing(path, extra.name, extra.column, raw.header, [tcol, extra.column])
+    df = raw.collect([tcol, vcol])
+    rows = df["_row"]
+    time_ms = _parse_time(df[tcol], rows, path, f"time column {tcol!r}", extra.time_format, extra.time_unit)
     label = f"{extra.name} (column {vcol!r})"
-    values = _parse_float(df[vcol], path, label)
+    values = _parse_float(df[vcol], rows, path, label)
     _check_numbers(values, rows, path, label, allow_null=False,
                    minimum="any" if extra.name == "funding_rate" else "nonnegative")
     if extra.name == "gas":
@@ -803,9 +925,7 @@ def _check_tape(df: Any, where: str) -> None:
     for name in EXTRA_NAMES:
         _check_numbers(df[name], rows, where, name, allow_null=True,
                        minimum="any" if name == "funding_rate" else "nonnegative")
-    bad = _first_true(df["high"] < df["low"])
-    if bad is not None:
-        raise TapeError(f"{where}: row {bad + 1}: high < low; expected high >= low")
+    _check_ohlc(df["open"], df["high"], df["low"], df["close"], rows, where)
     step = df.select(
         (pl.col("time_ms").diff().over("asset") <= 0).alias("bad")
     )["bad"]
@@ -824,8 +944,10 @@ def write_tape(df: pl.DataFrame, out_path: str | Path) -> None:
     the library versions only, so the run manifest can hash the tape (SPEC §13).  The file is
     written beside the target and renamed into place, so a crash never leaves half a tape.
     """
+    from sim.rundir import check_out_file
     out = Path(out_path)
     _check_tape(df, str(out))
+    check_out_file(out)          # replaces a regular file only: never a FIFO, device, link or folder
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
@@ -844,12 +966,10 @@ def write_tape(df: pl.DataFrame, out_path: str | Path) -> None:
 def read_tape(path: str | Path) -> pl.DataFrame:
     """Read a tape written by :func:`write_tape`, validating schema and values (TapeError)."""
     p = Path(path)
+    fd = open_regular(p, "a Parquet tape file", TapeError)
     try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise TapeError(f"{p}: cannot open the tape ({_short(exc)}); expected a Parquet tape file") from exc
-    try:
-        df = pl.read_parquet(io.BytesIO(data))
+        with os.fdopen(fd, "rb") as fh:
+            df = pl.read_parquet(fh)
     except (Exception, _PanicException) as exc:
         raise TapeError(f"{p}: not a readable Parquet file ({_short(exc)}); expected a Parquet tape") from exc
     _guarded(str(p), _check_tape, df, str(p))

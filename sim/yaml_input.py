@@ -8,10 +8,14 @@ Refused, each as an `InputError` naming the file and line:
 - nesting deeper than `MAX_DEPTH` levels (libyaml stops at 1,000, Python's recursion sooner);
 - aliases that expand to more than `MAX_NODES` values ("billion laughs"), or refer to themselves;
 - a key given twice in one mapping (YAML says keys are unique; PyYAML keeps the last silently);
-- files larger than `MAX_BYTES`, empty files, undecodable text, integers of over 4,300 digits.
+- files larger than `MAX_BYTES`, empty files, undecodable text, integers of over 4,300 digits;
+- anything but a regular file (a FIFO, /dev/zero, a socket, a directory): `read_input`, the one
+  door every input file (scenario, config, sweep, tape) comes through, refuses it before reading.
 """
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +102,49 @@ def check_graph(root: yaml.Node, where: str, lines: bool = True) -> None:
                          if id(c) not in size and not isinstance(c, yaml.ScalarNode))
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: str | Path, what: str, error: type[Exception] = InputError) -> int:
+    """A read-only descriptor of `path`, which must be a regular file (symlinks followed).
+
+    Opened with O_NONBLOCK and checked with fstat on the open descriptor, so a FIFO without a
+    writer cannot block the open and a device (/dev/zero, /dev/urandom) is never read: either
+    would hang or fill the memory. `what` names the file in the error ("a YAML file")."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{p}: file not found; expected {what}") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot open: {clip(escape(exc.strerror or str(exc)), 120)}; expected {what}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise error(f"{p}: is {kind}; expected {what} (a regular file)")
+    return fd
+
+
+def read_input(path: str | Path, limit: int, what: str, error: type[Exception] = InputError) -> bytes:
+    """The bytes of a regular file (`open_regular`) of at most `limit` bytes; a larger file is
+    refused after reading at most limit + 1 bytes, whatever its size claims to be."""
+    fd = open_regular(path, what, error)
+    try:
+        with os.fdopen(fd, "rb") as fh:   # in pieces: read(n) would reserve n bytes at once
+            parts, size = [], 0
+            while size <= limit and (part := fh.read(min(1 << 20, limit + 1 - size))):
+                parts.append(part)
+                size += len(part)
+            data = b"".join(parts)
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {clip(escape(exc.strerror or str(exc)), 120)}; expected {what}") from None
+    if len(data) > limit:
+        raise error(f"{path}: larger than {limit:,} bytes; expected {what} of at most {limit:,} bytes")
+    return data
+
+
 def _problem(exc: yaml.YAMLError) -> str:
     """PyYAML's message on one line: its 'problem' (and 'context'), without the quoted snippet."""
     problem = getattr(exc, "problem", None)
@@ -110,16 +157,12 @@ def _problem(exc: yaml.YAMLError) -> str:
 def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     """(the document, its node graph) of a YAML file; an empty document is an InputError."""
     p = Path(path)
+    data = read_input(p, MAX_BYTES, "a YAML file")
     try:
-        if not p.exists():
-            raise InputError(f"{p}: file not found")
-        if p.is_dir():
-            raise InputError(f"{p}: is a directory; expected a YAML file")
-        if p.stat().st_size > MAX_BYTES:
-            raise InputError(f"{p}: {p.stat().st_size:,} bytes; expected a YAML file of at most {MAX_BYTES:,} bytes")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{p}: cannot read: {clip(escape(str(exc)), 120)}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{p}:{line}: bytes that are not UTF-8; expected a YAML file in UTF-8") from None
     loader = Loader(text)
     try:
         node = loader.get_single_node()

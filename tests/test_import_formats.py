@@ -56,11 +56,14 @@ def test_mixed_line_endings_keep_every_bar_and_volume(tmp_path, ends):
 def test_a_row_the_reader_loses_is_an_error_not_a_shorter_tape(tmp_path):
     from sim.tapes import _check_row_count
     text = "timestamp,open\n2020-01-01,1\n2020-01-02,2\n2020-01-03,3\n"
-    df = pl.DataFrame({"timestamp": ["2020-01-01", "2020-01-02"], "open": ["1", "2"]})
     with pytest.raises(TapeError, match=r"read 2 data rows but the file has 3 non-blank lines"):
-        _check_row_count(Path("x.csv"), text, ",", df)
-    _check_row_count(Path("x.csv"), text + "\n\n", ",", pl.concat([df, pl.DataFrame(
-        {"timestamp": ["2020-01-03"], "open": ["3"]})]))   # blank lines are not bars
+        _check_row_count(Path("x.csv"), text, ",", 2)
+    _check_row_count(Path("x.csv"), text + "\n\n", ",", 3)   # blank lines are not bars
+    streamed = tmp_path / "s.csv"            # the file itself, read as a stream
+    streamed.write_text(text + "\n \n")
+    with pytest.raises(TapeError, match=r"read 2 data rows but the file has 3 non-blank lines"):
+        _check_row_count(streamed, None, ",", 2)
+    _check_row_count(streamed, None, ",", 3)
 
 
 def test_missing_volume_column_is_said(tmp_path):

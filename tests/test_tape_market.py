@@ -155,7 +155,7 @@ def test_bad_tape_input_is_one_line_exit_2(synth, tmp_path, kind):
     else:
         f = scenario(d)
         f.write_text(f.read_text().replace(str(d / "eth.parquet"), str(tmp_path / "none.parquet")))
-        expect = "cannot open the tape"
+        expect = "none.parquet: file not found; expected a Parquet tape file"
     code, out = cli("run", f, "--out", tmp_path / "out", "-q")
     assert code == 2, out
     assert expect in out and "Traceback" not in out and len(out.strip().splitlines()) <= 2

@@ -400,7 +400,7 @@ def test_read_and_write_reject_bad_tapes(tmp_path):
         read_tape(wrong)
     bad_rows = tmp_path / "bad_rows.parquet"
     tape.with_columns(pl.Series("low", [1.0, 9.0])).write_parquet(bad_rows)
-    with pytest.raises(TapeError, match=r"bad_rows\.parquet: row 2: high < low"):
+    with pytest.raises(TapeError, match=r"bad_rows\.parquet: row 2: high 3\.0 < low 9\.0"):
         read_tape(bad_rows)
     back = tmp_path / "back.parquet"
     tape.reverse().write_parquet(back)
