@@ -7,8 +7,9 @@ that way, so a researcher's strategy is a peer of ours, not a patch.
 
 What the mind does with the targets (the same for every strategy, `Mind.decide`): clip to
 [0, decision.max_exposure] (long-only, no borrowing); a Golem with a strong positive somatic marker
-serves its cached response instead; a high-severity probe on a held asset exits (0); fear scales
-exposure down (`decision.fear_scale`); the mortality phase caps it (conservation halves it, ...).
+serves its cached response instead; a high-severity probe on a held asset exits (0); the mortality
+phase caps it (conservation halves it, ...). The mood's risk multiplier (`decision.risk_by_emotion`,
+SPEC §5) is the strategy's to apply: the built-ins do (`blend`), a plug-in reads it in its view.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from golem.config import RANGES
 from golem.plugins import CohortView, Plugin, call
 
 Strategy = Callable[..., np.ndarray]
@@ -24,18 +26,43 @@ Strategy = Callable[..., np.ndarray]
 def blend(view: CohortView, base_signal) -> np.ndarray:
     """The built-ins' decision (SPEC §5): half the base signal plus what memory says, around a
     neutral 0.5 exposure, clipped to [0, max_exposure] and scaled by the Golem's risk appetite:
-    `clip(0.5 + 0.5 * base + memory_weight * golem.memory_weight * memory_signal, 0, max) * min(risk, 1 / max)`."""
+    `clip(0.5 + 0.5 * base + memory_weight * golem.memory_weight * memory_signal, 0, max) * min(risk, 1 / max)`,
+    times the mood's risk multiplier (SPEC §5 risk channel: affect sets risk)."""
     dc = view.config.decision
     signal = 0.5 * base_signal + dc.memory_weight * view.memory_weight * view.memory_signal
-    return np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(view.risk, 1.0 / dc.max_exposure)
+    return (np.clip(0.5 + signal, 0.0, dc.max_exposure) * np.minimum(view.risk, 1.0 / dc.max_exposure)
+            * view.risk_multiplier)
+
+
+def _in_range(value, key: str, kind: type):
+    """`value` as a `kind` within the range of config key `key` (golem.config.RANGES), else a
+    ValueError saying what was expected."""
+    lim = RANGES[key]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        lim["ge"] <= value <= lim["le"] and (kind is float or float(value).is_integer())
+    if not ok:
+        what = "an integer" if kind is int else "a finite number"
+        text = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
+        raise ValueError(f"{key.split('.')[-1]}: {text}; expected {what} from {lim['ge']:g} to {lim['le']:g} "
+                         f"(as {key})")
+    return kind(value)
+
+
+def check_trend_params(trend_window=None, trend_scale=None) -> tuple[int | None, float | None]:
+    """The trend parameters of the built-ins, checked as their config keys are (decision.trend_window,
+    decision.trend_scale): a scenario's `strategy_params` is checked by this before a run starts
+    (sim.plugins) and the strategies read their parameters through it."""
+    return (None if trend_window is None else _in_range(trend_window, "decision.trend_window", int),
+            None if trend_scale is None else _in_range(trend_scale, "decision.trend_scale", float))
 
 
 def trend(view: CohortView, trend_window: int | None = None, trend_scale: float | None = None) -> np.ndarray:
     """tanh(trend_scale * golem.trend_scale * momentum), momentum = price / price `trend_window`
     ticks ago - 1 (0 until the Golem has seen that many ticks). Defaults: `decision.*`."""
+    trend_window, trend_scale = check_trend_params(trend_window, trend_scale)
     dc = view.config.decision
-    w = dc.trend_window if trend_window is None else int(trend_window)
-    k = dc.trend_scale if trend_scale is None else float(trend_scale)
+    w = dc.trend_window if trend_window is None else trend_window
+    k = dc.trend_scale if trend_scale is None else trend_scale
     past = view.price_ago(w)
     mom = np.where(np.isnan(past), 0.0, view.price / past - 1.0)
     return np.tanh(k * view.trend_scale * mom)
@@ -55,6 +82,8 @@ def hodl(view: CohortView) -> np.ndarray:
     """Hold on: base signal +1 (memory can still talk the Golem down)."""
     return blend(view, 1.0)
 
+
+momentum.check_params = mean_reversion.check_params = check_trend_params
 
 #: registered names a scenario may use for a strategy; `register` adds to it
 BUILTINS: dict[str, Strategy] = {"momentum": momentum, "mean_reversion": mean_reversion, "hodl": hodl}

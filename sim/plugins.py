@@ -364,25 +364,31 @@ def _check_source(file: Path, attr: str, where: str, role: str, spec: str) -> in
                          f"{' '.join(str(getattr(exc, 'strerror', None) or exc).split())}") from None
     name = attr.split(".")[0]
     found: ast.AST | None = None
-    dynamic = False
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            found = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+    # names made at run time (a star import, a module __getattr__, globals()/setattr/exec) cannot be read
+    dynamic = any(isinstance(n, ast.alias) and n.name == "*" for n in ast.walk(tree)) or any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("globals", "setattr", "exec")
+        for n in ast.walk(tree)) or any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__getattr__" for n in tree.body)
+
+    def defines(node: ast.AST) -> bool:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return node.name == name
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets) or \
-                    any(isinstance(e, ast.Name) and e.id == name for t in targets if isinstance(t, ast.Tuple)
-                        for e in t.elts):
-                found = node
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name == "*" or (alias.asname or alias.name).split(".")[0] == name:
-                    found, dynamic = node, dynamic or alias.name == "*"
-        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)) or \
-                (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
-            dynamic = True   # a conditional or computed definition: not readable without running
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__":
-            dynamic = True
+            return any(isinstance(e, ast.Name) and e.id == name for t in targets for e in ast.walk(t))
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return any((a.asname or a.name).split(".")[0] == name for a in node.names)
+        return False
+
+    def search(body: list, top: bool) -> None:
+        nonlocal found
+        for node in body:
+            if defines(node):
+                found = node if top else ast.Pass()   # defined under a condition: found, its signature unread
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    search([h for h in getattr(node, field, [])], False)
+    search(tree.body, True)
     if found is None:
         if dynamic:
             return None
@@ -465,6 +471,12 @@ def _bind(fn: Any, params: dict, role: str, spec: str, where: str) -> None:
         accepted = [p for p in list(sig.parameters)[1:]]
         raise InputError(f"{where}: {role} {spec!r}: {exc}; expected its keyword parameters "
                          f"({', '.join(accepted) or 'none'})") from None
+    check = getattr(fn, "check_params", None)   # the checks the function itself applies (golem.strategies)
+    if callable(check):
+        try:
+            check(**params)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{where}: {role} {spec!r}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------ verifying

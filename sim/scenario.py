@@ -34,6 +34,19 @@ MAX_GOLEMS = 1_000_000
 MAX_INT32 = 2**31 - 1
 #: money, prices and TVL: large enough for any market, small enough that sums stay exact-ish
 MAX_MONEY = 1e15
+#: least budget or capital: a cent (a Golem's vitality is money over its starting money; a
+#: denormal start such as 5e-324 turns one gas payment into -inf)
+MIN_MONEY = 0.01
+#: least asset price: 1e-12 (units = money / price stays far inside a float; 1e-320 gives inf)
+MIN_PRICE = 1e-12
+#: the most gas generated spikes may reach together (base_gwei times the multipliers of the spikes
+#: that overlap): what one spike at the largest multiplier reaches on the largest base
+MAX_GAS_GWEI = 1e12
+#: the most bars x assets a generated market may hold (its arrays are drawn whole: 2**22 cells is
+#: about 20 years of 5-minute bars of 2 assets, and half a GB while drawing)
+MAX_MARKET_CELLS = 2**22
+#: longest name of a scenario, asset or Clade (names go into directory names and every message)
+MAX_NAME = 200
 
 
 class LocatedError(ValueError):
@@ -141,8 +154,8 @@ class Regime(_M):
 
 
 class Asset(_M):
-    name: str = Field(min_length=1)
-    price: Float = Field(gt=0, le=MAX_MONEY)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    price: Float = Field(ge=MIN_PRICE, le=MAX_MONEY)
     protocol: str = ""
     tvl: Float = Field(1e8, ge=0, le=MAX_MONEY)
     beta: Float = Field(1.0, ge=-10, le=10)
@@ -284,7 +297,29 @@ class MarketSpec(_M):
             if not self.tape:
                 raise LocatedError(("tape",), "empty path; expected the path of a tape Parquet file")
             self.tape = TapeSpec(path=self.tape)
+        self._gas_peak()
         return self
+
+    def _gas_peak(self) -> None:
+        """The generated gas where the most spikes overlap (as sim.market writes them: from the
+        step of `at` for max(1, duration // step) steps) stays at most MAX_GAS_GWEI, so stacked
+        spikes cannot reach inf; the spike that crosses it is named."""
+        step_ms = int(self.step_s * 1000)
+        edges = []
+        for i, e in enumerate(self.events):
+            if e.kind == "gas_spike":
+                t0 = int(e.at_s * 1000 // step_ms)
+                n = max(1, int(e.duration_s * 1000 // step_ms))
+                edges += [(t0, 1, i), (t0 + n, 0, i)]
+        level = math.log(self.gas.base_gwei)
+        for _, starts, i in sorted(edges):   # a spike ends before one starting on its last step + 1
+            m = math.log(self.events[i].gas_multiplier)
+            level += m if starts else -m
+            if starts and level > math.log(MAX_GAS_GWEI) + 1e-9:
+                raise LocatedError(("events", i, "gas_multiplier"),
+                                   f"gas reaches {math.exp(min(level, 700)):.3g} gwei where this spike overlaps "
+                                   f"others (gas.base_gwei times their multipliers); expected at most "
+                                   f"{MAX_GAS_GWEI:.0e} gwei")
 
 
 _PLUGIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
@@ -321,7 +356,7 @@ def _hook(v):
 
 class GolemGroup(_M):
     count: Int = Field(ge=1, le=MAX_GOLEMS)
-    clade: str = Field("clade-0", min_length=1)
+    clade: str = Field("clade-0", min_length=1, max_length=MAX_NAME)
     asset: str | None = None            # default: the first asset; "tape": the recorded tape's only asset
     temperament: tuple[Annotated[Float, Field(ge=-1, le=1)], Annotated[Float, Field(ge=-1, le=1)],
                        Annotated[Float, Field(ge=-1, le=1)]] = (0.0, 0.0, 0.0)
@@ -330,8 +365,8 @@ class GolemGroup(_M):
     strategy_params: dict[str, Any] = Field(default_factory=dict, description="keyword parameters of the strategy")
     appraisal_hooks: list[Annotated[HookSpec, BeforeValidator(_hook, json_schema_input_type=Union[PluginSpec, HookSpec])]] \
         = Field(default_factory=list, description="functions adding to the stimulus: a name or {hook, params}")
-    budget: Float = Field(1000.0, gt=0, le=MAX_MONEY)  # inference/gas budget (USD)
-    capital: Float = Field(10_000.0, gt=0, le=MAX_MONEY)
+    budget: Float = Field(1000.0, ge=MIN_MONEY, le=MAX_MONEY)  # inference/gas budget (USD)
+    capital: Float = Field(10_000.0, ge=MIN_MONEY, le=MAX_MONEY)
     exposure: Float = Field(0.5, ge=0, le=1)  # initial exposure
     interval: Interval = None           # heartbeat cadence (>= 1 s), or "bar" (once per bar); default heartbeat.interval_s
     start: Duration = 0                 # first heartbeat
@@ -341,7 +376,7 @@ class GolemGroup(_M):
 
 
 class CladeSpec(_M):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
     latency: OptDuration = None   # default clade.latency_s
     jitter: OptDuration = None    # default clade.jitter_s
 
@@ -350,7 +385,7 @@ class CladeSpec(_M):
 class Scenario(_M):
     """A world to run: market, Golems, Clades and config overrides."""
 
-    name: str
+    name: str = Field(max_length=MAX_NAME)
     description: str = ""
     duration: Any
     seed: Int = Field(0, ge=0, le=2**63 - 1)
@@ -380,6 +415,14 @@ class Scenario(_M):
             if g.asset is not None and g.asset not in names and self.market.tape is None:
                 raise LocatedError(("golems", i, "asset"), f"golem asset {show(g.asset)} is not one of the assets "
                                                            f"{[key(a) for a in names]}")
+        if self.market.tape is None:
+            steps = int(self.duration_s * 1000 // int(self.market.step_s * 1000)) + 2
+            cells = steps * len(self.market.assets)
+            if cells > MAX_MARKET_CELLS:
+                raise LocatedError(("duration",), f"{show(self.duration)} at market.step_s {self.market.step_s:g} s "
+                                   f"is {steps:,} market steps of {len(self.market.assets)} assets; expected at most "
+                                   f"{MAX_MARKET_CELLS:,} steps x assets (a larger market.step_s or a shorter "
+                                   "duration)")
         total = sum(g.count for g in self.golems)
         if total > MAX_GOLEMS:
             raise LocatedError(("golems",), f"{total:,} Golems in all; expected at most {MAX_GOLEMS:,}")

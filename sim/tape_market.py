@@ -194,13 +194,21 @@ def tape_from_file(scenario: Scenario, cfg=None) -> Tape:
     normal, source = normal_volatility(time_ms, c, bar_ms, lo, hi)
     sl = slice(lo, hi)
     protocols = tuple(known[a].protocol if a in known else f"{a.lower()}-pool" for a in assets)
-    return Tape(time_ms=time_ms[sl].copy(), bar_ms=bar_ms, assets=assets, protocols=protocols,
+    tape = Tape(time_ms=time_ms[sl].copy(), bar_ms=bar_ms, assets=assets, protocols=protocols,
                 open=o[sl].copy(), high=h[sl].copy(), low=l[sl].copy(), close=c[sl].copy(), volume=v[sl].copy(),
                 tvl=tvl[sl].copy(), gas=gas[sl].copy(), funding=funding[sl].copy(), regime=regime[sl].copy(),
                 regime_names=REGIMES, events=events, normal_vol=normal, normal_interval_ms=bar_ms, normal_source=source)
+    if cfg is not None:   # the run's own check of its reference (World reads it the same way), before any run
+        try:
+            tape.reference_rate(cfg.appraisal.reference_vol, cfg.appraisal.reference_interval_s)
+        except ValueError as exc:
+            raise InputError(f"{where}: {exc}") from None
+    return tape
 
 
 NORMAL_DAYS = 30
+#: bars of a day or longer: the normal is the standard deviation of this many bars' log returns
+NORMAL_BARS = 60
 
 
 def normal_volatility(time_ms: np.ndarray, close: np.ndarray, bar_ms: int, lo: int, hi: int) -> tuple[np.ndarray, str]:
@@ -209,8 +217,21 @@ def normal_volatility(time_ms: np.ndarray, close: np.ndarray, bar_ms: int, lo: i
     NORMAL_DAYS days before the run's first bar, so arousal is relative to that asset's usual market
     whatever its bar length. A tape with less than a day of history before the start uses its
     first NORMAL_DAYS days from the start instead (look-ahead of the reference only; the manifest
-    says which). An asset with too few priced bars gets NaN (an error only under `auto`)."""
+    says which). Bars of a day or longer have no intraday volatility: their normal is the sample
+    standard deviation of the NORMAL_BARS close-to-close log returns up to the start (NORMAL_BARS + 1
+    closes before the run's first bar). An asset with too few priced bars gets NaN (an error only
+    under `auto`, whose message gives the source)."""
     day = 86_400_000
+    if bar_ms >= day:
+        need = NORMAL_BARS + 1
+        if lo < need:
+            return np.full(close.shape[1], np.nan), (f"the standard deviation of the log returns of the {NORMAL_BARS} "
+                                                    f"bars before the start, which needs {need} bars before it; the "
+                                                    f"tape has {lo}")
+        lr = np.log(close[lo - need + 1:lo] / close[lo - need:lo - 1])
+        with np.errstate(invalid="ignore"):
+            out = np.array([np.std(r, ddof=1) if np.isfinite(r).all() else np.nan for r in lr.T])
+        return out, f"standard deviation of the log returns of the {NORMAL_BARS} bars before the start"
     before = (time_ms < time_ms[lo]) & (time_ms >= time_ms[lo] - NORMAL_DAYS * day)
     source = f"median daily realised volatility of the {NORMAL_DAYS} days before the start"
     if before.sum() * bar_ms < day:

@@ -26,7 +26,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ _MIN_MS = -62_135_596_800_000
 _MAX_MS = 253_402_300_799_999
 #: year 1000: a text time before it was written with a short year ('17-08-17' read as 0017)
 _MIN_TEXT_MS = -30_610_224_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _FORMATS = {
     "csv": "csv", "tsv": "csv", "txt": "csv",
     "parquet": "parquet", "pq": "parquet",
@@ -642,7 +643,7 @@ def _parse_time(col: pl.Series, rows: pl.Series, path: Path, label: str, time_fo
             if short is not None:
                 raise TapeError(f"{path}: row {rows[short]}: {label} value {col[short]!r} has a year of fewer than "
                                 "four digits (read as the year "
-                                f"{_fmt_ms(int(ms[short]))[:4].lstrip('0') or '0'}); expected four-digit years "
+                                f"{(_EPOCH + timedelta(milliseconds=int(ms[short]))).year}); expected four-digit years "
                                 "(for two-digit years pass time_format, e.g. '%y-%m-%d')")
     bad = _first_true(ms.is_null() | (ms < _MIN_MS) | (ms > _MAX_MS))
     if bad is not None:
