@@ -61,18 +61,20 @@ def build_tape(scenario: Scenario, seed: int, cfg=None, where: str = ""):
 
 
 def check_tape(tape, where: str) -> None:
-    """Prices finite and positive on every bar: a generator whose drift, volatility, jumps and
-    event impacts overflow over a long run would otherwise give a run of NaN values."""
+    """Prices finite and at least MIN_PRICE on every bar: a generator whose drift, volatility, jumps
+    and event impacts overflow (or underflow) over a long run would otherwise give a run of inf and
+    NaN values."""
+    from sim.scenario import MIN_PRICE
     with np.errstate(invalid="ignore"):
         for name in ("close", "open", "high", "low"):
-            bad = ~(np.isfinite(getattr(tape, name)) & (getattr(tape, name) > 0))
+            bad = ~(np.isfinite(getattr(tape, name)) & (getattr(tape, name) >= MIN_PRICE))
             if bad.any():
                 step, asset = np.argwhere(bad)[0]
                 t_h = (int(tape.time_ms[step]) - int(tape.time_ms[0])) / 3.6e6
                 raise InputError(
                     f"{where}: the {name} price of {tape.assets[asset]} is {float(getattr(tape, name)[step, asset])!r} "
                     f"at bar {step} ({t_h:,.1f} h); expected regimes (drift, vol, jump_size), events (impact) and "
-                    "a duration that keep prices finite and positive")
+                    f"a duration that keep prices finite and at least {MIN_PRICE:g}")
 
 
 def _check_seed(seed: int, where: str) -> int:

@@ -133,6 +133,17 @@ def test_values_that_overflow_are_refused_at_validate(tmp_path, text, expect):
     one_line(*cli("validate", f), *expect)
 
 
+def test_stacked_impacts_that_take_a_price_below_the_least_price_are_refused(tmp_path):
+    """74 flash crashes of log impact -10 at once: ETH at 3000 x e^-740 = 1.3e-318 (positive, but
+    any trade's units = money / price would be inf); 70 of them (3000 x e^-700 = 3e-301) too."""
+    for n, value in ((74, "1.259867e-318"), (70, "2.95")):
+        ev = "\n".join("    - {kind: flash_crash, at: 1h, asset: ETH, duration: 5m, impact: -10}" for _ in range(n))
+        f = tmp_path / "s.yaml"
+        f.write_text(GOOD.replace("2h", "3h").replace("count: 2", "count: 2, asset: ETH") + f"market:\n  events:\n{ev}\n")
+        one_line(*cli("validate", f), "market: the close price of ETH is " + value, "at bar 12 (1.0 h)",
+                 "finite and at least 1e-12")
+
+
 def test_spikes_that_do_not_overlap_and_spikes_under_the_cap_are_valid(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(_gas_spikes(3, 1e6, gap_h=2))             # one at a time: 3e7 gwei each
