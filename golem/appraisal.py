@@ -215,7 +215,7 @@ def outcome(ap, pnl_rate, look: Outlook) -> np.ndarray:
 
 
 def stimulus(ap, *, outcome, prediction, contradicted, vol_ratio, probe_sev, impulse_a, impulse_d, control, worked,
-             shock):
+             shock, recalled=None):
     """(P, A, D) stimulus arrays (SPEC §2.1), each the tanh of its terms' sum: within (-1, 1), linear for
     everyday values and saturating softly when several signals agree, so that a sustained crisis
     approaches the clamp without sitting on it.
@@ -225,9 +225,11 @@ def stimulus(ap, *, outcome, prediction, contradicted, vol_ratio, probe_sev, imp
 
     P (outcome): `outcome` (the tick's P&L, the window's return and drawdown: this module's `outcome`,
        which the caller keeps as the ground truth too) + prediction hit/miss * bonus - contradiction -
-       the threat of a probe on the Golem's asset.
+       the threat of a probe on the Golem's asset + recall_gain * the recalled feeling's P (`recalled`
+       (n, 2): what the entries considered in the Golem's last DECIDING evoke, `recalled_rows`).
     A (intensity): tanh(k_a * (realised vol / reference vol - 1)) + probe severity + `impulse_a` (regime
-       shifts and large own position changes, fading: `impulse`).
+       shifts and large own position changes, fading: `impulse`) + recall_gain * the recalled feeling's
+       A (inside `arousal_gain`, as every term of A).
     D (control): `impulse_d` (deliberate trades that filled (+) or failed (-), fading), tanh(k_control * exposure * trend)
        (holding what rises is control, riding what falls is none), how well the last trade has worked
        since (`worked`), tanh(k_turmoil * (1 - realised vol / reference vol)) (a market wilder than
@@ -238,8 +240,88 @@ def stimulus(ap, *, outcome, prediction, contradicted, vol_ratio, probe_sev, imp
     sp = outcome + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted - probe_p[probe_sev]
     probe_a = np.array([ap.probe_arousal.get(k, 0.0) for k in ("none", "low", "medium", "high")])
     sa = np.tanh(ap.k_a * (vol_ratio - 1.0)) + probe_a[probe_sev] + impulse_a
+    if recalled is not None and ap.recall_gain != 0.0:
+        sp = sp + ap.recall_gain * recalled[:, 0]
+        sa = sa + ap.recall_gain * recalled[:, 1]
     sd = impulse_d + np.tanh(ap.k_control * control) + worked + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock
     return np.tanh(sp), np.tanh(ap.arousal_gain * sa), np.tanh(sd)
+
+
+@njit(cache=True)
+def recalled_rows(ix, slots, scores, pending, has_tag, tp, ta, i0, created_ms, reactivated, last_react_ms, entry_id,
+                  now_ms, half_life_ms, boost, out):
+    """The recalled feeling of each Golem ix[i] (SPEC §2.1; scalar reference `pad.recalled_feeling` with
+    `pad.recall_charge`): over the served cells slots[i] (scores[i]) and, where row i has a pending contrarian
+    section (`pending[ix[i]]`, live slots), those entries at the served entries' mean score (the weight DECIDING
+    gives the section, `contrarian.weigh`): w = max(score, 0) * intensity_at(now) / i0 for each tagged entry,
+    out[i] = (sum w p / sum w, sum w a / sum w), (0, 0) without weight. Writes out (n, 2); returns it."""
+    for i in range(slots.shape[0]):
+        sw = 0.0
+        sp = 0.0
+        sa = 0.0
+        ssum = 0.0
+        nserved = 0
+        for j in range(slots.shape[1]):
+            s = slots[i, j]
+            if s < 0:
+                continue
+            nserved += 1
+            ssum += scores[i, j]
+            if has_tag[s]:
+                w = max(scores[i, j], 0.0) * _charge(s, i0, created_ms, reactivated, last_react_ms, now_ms,
+                                                     half_life_ms, boost)
+                sw += w
+                sp += w * tp[s]
+                sa += w * ta[s]
+        if nserved > 0 and pending.shape[0] > 0:
+            mean = max(ssum / nserved, 0.0)
+            g = ix[i]
+            for j in range(pending.shape[1]):
+                s = pending[g, j]
+                if s < 0 or entry_id[s] < 0 or not has_tag[s]:
+                    continue
+                w = mean * _charge(s, i0, created_ms, reactivated, last_react_ms, now_ms, half_life_ms, boost)
+                sw += w
+                sp += w * tp[s]
+                sa += w * ta[s]
+        if sw > 0.0:
+            out[i, 0] = sp / sw
+            out[i, 1] = sa / sw
+        else:
+            out[i, 0] = 0.0
+            out[i, 1] = 0.0
+    return out
+
+
+@njit(cache=True, inline="always")
+def _charge(s, i0, created_ms, reactivated, last_react_ms, now_ms, half_life_ms, boost):
+    """`pad.recall_charge` of slot s at now_ms."""
+    e0 = np.float64(i0[s])
+    if e0 <= 1e-8:
+        return 0.0
+    base = e0 * 2.0 ** (-(now_ms - created_ms[s]) / half_life_ms)
+    if reactivated[s] and last_react_ms[s] >= 0:
+        base += boost * 2.0 ** (-(now_ms - last_react_ms[s]) / half_life_ms)
+    return min(1.0, base) / e0
+
+
+def risk_table(risk_by_emotion) -> np.ndarray:
+    """(1 + len(EMOTIONS), 3) the risk channel's changes by emotion code (0 neutral) and intensity band."""
+    t = np.zeros((len(padm.EMOTION_CODES), 3))
+    for code, name in enumerate(padm.EMOTION_CODES):
+        if name in risk_by_emotion:
+            t[code] = risk_by_emotion[name]
+    return t
+
+
+def risk_multiplier_batch(mood: np.ndarray, proto_unit: np.ndarray, table: np.ndarray, max_boost: float,
+                          neutral_norm: float) -> np.ndarray:
+    """Vectorised `pad.risk_multiplier` over (n, 3) moods: 1 + table[label, band], within [0, 1 + max_boost]."""
+    p, a, d = mood[:, 0], mood[:, 1], mood[:, 2]
+    code = classify_batch(p, a, d, proto_unit, neutral_norm)
+    i = intensity_batch(p, a, d)
+    band = (i >= padm.RISK_BANDS[0]).astype(np.int64) + (i >= padm.RISK_BANDS[1])
+    return np.minimum(np.maximum(1.0 + table[code, band], 0.0), 1.0 + max_boost)
 
 
 def emotion_update(emotion: np.ndarray, stim: np.ndarray, dt_s: np.ndarray, half_life_s: float) -> np.ndarray:

@@ -109,7 +109,8 @@ RANGES: dict[str, dict[str, float]] = {
     # decisions and trading
     "decision.memory_weight": dict(ge=0, le=10),
     "decision.trend_window": dict(ge=1, le=HIST - 1),  # the price that many ticks ago must still be in the ring
-    "decision.trend_scale": dict(ge=0, le=1e4), "decision.max_exposure": _UNIT, "decision.fear_scale": _UNIT,
+    "decision.trend_scale": dict(ge=0, le=1e4), "decision.max_exposure": _UNIT, "decision.risk_by_emotion": dict(ge=-1, le=1),
+    "decision.risk_max_boost": _UNIT, "appraisal.recall_gain": dict(ge=0, le=10),
     "decision.min_trade": _UNIT, "decision.danger_cooloff_s": dict(ge=0, le=_CENTURY_S),
     "trading.fee_bps": dict(ge=0, le=10_000), "trading.slippage_bps": dict(ge=0, le=10_000),
     "trading.gas_units": dict(ge=0, le=10**9), "trading.gas_usd_per_gwei_unit": dict(ge=0, le=1),
@@ -202,8 +203,13 @@ def _field_type(path: str, value: Any) -> Any:
     if isinstance(value, str):
         return str
     if isinstance(value, dict):
-        # a table of numbers with fixed keys (appraisal.probe_arousal: one value per probe severity)
         keys = tuple(value)
+        first = next(iter(value.values()), None)
+        if isinstance(first, list):
+            # a table of fixed-length rows of numbers (decision.risk_by_emotion: one per intensity band)
+            num = _number(float, path)
+            return dict[Literal[keys], tuple[(num,) * len(first)]]  # type: ignore
+        # a table of numbers with fixed keys (appraisal.probe_arousal: one value per probe severity)
         return dict[Literal[keys], _number(float, path)] if keys else dict[str, _number(float, path)]  # type: ignore
     return Any
 

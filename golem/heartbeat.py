@@ -179,6 +179,8 @@ class Decided:
     """entries served by recall"""
     novelty: np.ndarray
     """nothing in memory resembles the situation"""
+    recalled: np.ndarray
+    """(n, 2) the P and A the entries considered evoke (SPEC §2.1): they enter the next emotion update"""
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,7 @@ class Mind:
         self.lex = Lexicon(gr.dim, seed)
         self.prm = rt.RetrievalParams.from_config(cfg)
         self.protos = appraisal.prototype_matrix()
+        self.risk_table = appraisal.risk_table(cfg.decision.risk_by_emotion)
         if pop.ctx.shape[1] != gr.dim:
             pop.ctx = np.zeros((pop.n, gr.dim), dtype=np.float32)
             pop.drove = np.full((pop.n, self.prm.top_k), -1, dtype=np.int64)
@@ -342,7 +345,7 @@ class Mind:
         out = appraisal.outcome(ap, pnl_rate, look)
         sp, sa, sd = appraisal.stimulus(ap, outcome=out, prediction=prediction, contradicted=contradicted,
                                         vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
-                                        control=control, worked=worked, shock=shock)
+                                        control=control, worked=worked, shock=shock, recalled=pop.recalled[ix])
         return np.stack([sp, sa, sd], axis=1), np.tanh(out)
 
     def _shock(self, ix: np.ndarray, obs: Observation, price: np.ndarray, peak: np.ndarray) -> np.ndarray:
@@ -396,6 +399,7 @@ class Mind:
         sc = rt.recall(gr, res.slots, res.shadow, obs.now_ms, res.tagged, res.factors, topics,
                        cfg.decay.reactivation_cosine)
         react = sc["reactivated"]
+        recalled = self._recalled_feeling(ix, obs, res)
         mem, mem_without, pending = self._memory_signal(ix, s, res, sc)
         target, changed = self._target(ix, obs, s, res, sc, mem, mem_without, pending)
         contra_ids = self._contrarian_weighed(ix, pending)
@@ -403,7 +407,21 @@ class Mind:
         novelty = res.pool[:, kernels.POOL_BEST_SEMANTIC] < cfg.escalation.novelty_threshold
         tier = np.maximum(s.tier, np.where(novelty & ~s.pos_marker, 1, 0))
         out.retrievals = self._retrieval_row(ix, obs, s, res, sc, safe, fired, react, mem, changed, contra_ids)
-        return Decided(query=query, target=target, mem=mem, tier=tier, nserved=nserved, novelty=novelty)
+        return Decided(query=query, target=target, mem=mem, tier=tier, nserved=nserved, novelty=novelty,
+                       recalled=recalled)
+
+    def _recalled_feeling(self, ix: np.ndarray, obs: Observation, res: rt.RetrievalResult) -> np.ndarray:
+        """What the entries this decision considers evoke (SPEC §2.1 recalled feeling): the served top-k, after
+        reactivation, and the pending contrarian section (`appraisal.recalled_rows`); it is kept for the next
+        emotion update. (n, 2) P, A."""
+        c, dc = self.gr.cols, self.cfg.decay
+        out = appraisal.recalled_rows(np.ascontiguousarray(ix, dtype=np.int64), res.slots, res.scores,
+                                      self.pop.contrarian_pending, c["has_tag"], c["p"], c["a"], c["i0"],
+                                      c["created_ms"], c["reactivated"], c["last_react_ms"], c["id"],
+                                      np.int64(obs.now_ms), dc.half_life_days * 86_400_000.0,
+                                      float(dc.reactivation_boost), np.empty((ix.size, 2)))
+        self.pop.recalled[ix] = out
+        return out
 
     def _query(self, obs: Observation, s: Sensed) -> np.ndarray:
         """The context embedding: asset, regime, move and volatility, plus a token for each kind of
@@ -450,6 +468,8 @@ class Mind:
         tagged, val = res.tagged, res.valence   # = served & has_tag[safe], where(tagged, p[safe], 0)
         ix = np.ascontiguousarray(ix, dtype=np.int64)
         guard = kernels.rumination_guard(ix, pop.neg_share, float(cfg.retrieval.rumination_negative_share))
+        if not cfg.retrieval.anti_rumination:
+            guard[:] = False
         rows, pos = rt.anti_rumination(slots, res.scores, val, res.pool, guard)
         fired = np.zeros(ix.size, dtype=bool)
         fired[rows] = True
@@ -491,13 +511,16 @@ class Mind:
     def _target(self, ix: np.ndarray, obs: Observation, s: Sensed, res: rt.RetrievalResult, sc: dict, mem: np.ndarray,
                 mem_without: np.ndarray, pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The target exposure: each Golem's strategy plug-in (golem.strategies) reads a read-only
-        view of the cohort and its recall; the mind's own rules follow (a strong positive marker's
-        cached target, the danger exit, fear, the life phase). Returns (the target, whether the
-        contrarian section changed the trade decision)."""
+        view of the cohort and its recall, with the mood's risk multiplier (SPEC §5 risk channel, which the
+        built-ins apply and a plug-in may ignore); the mind's own rules follow (a strong positive marker's
+        cached target, the danger exit, the life phase). Returns (the target, whether the contrarian
+        section changed the trade decision)."""
         pop, dc = self.pop, self.cfg.decision
         served, scores = res.slots >= 0, res.scores
+        risk = appraisal.risk_multiplier_batch(s.mood, self.protos, self.risk_table, dc.risk_max_boost,
+                                               self.cfg.emotion.neutral_norm)
         view = CohortView(self, ix, obs, memory=dict(
-            memory_signal=mem, served_ids=lambda: np.where(served, sc["id"], -1),
+            memory_signal=mem, risk_multiplier=risk, served_ids=lambda: np.where(served, sc["id"], -1),
             served_scores=lambda: np.where(served, scores, np.nan),
             served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=res.valence,
             served_outcome=lambda: np.where(served & sc["has_outcome"], sc["outcome"], np.nan),
@@ -508,9 +531,6 @@ class Mind:
             t = self.strategies.targets(view.with_memory(m), strat, dc.max_exposure)
             t = np.where(s.pos_marker, pop.som_target[ix, s.pattern], t)
             t = np.where(s.danger, 0.0, t)   # a high probe on its asset: get out, and stay out for a while
-            # fear lowers risk appetite: in an aroused, displeased mood a Golem scales its exposure down
-            fear = np.clip((s.mood[:, 1] - 0.5) * 2.0, 0.0, 1.0) * (s.mood[:, 0] < 0)
-            t = t * (1.0 - dc.fear_scale * fear)
             return t * mortality.PHASE_EXPOSURE[pop.phase[ix]]
         target = choose(mem)
         exposure_now = np.where(s.value > 0, pop.units[ix] * s.price / np.maximum(s.value, 1e-12), 0.0)
@@ -987,7 +1007,9 @@ class Mind:
                   probe=np.zeros(n, np.int8), traded=np.zeros(n, bool), trade_failed=np.zeros(n, bool),
                   entries_written=np.zeros(n, np.int64), flashbulb=np.zeros(n, bool), n_retrieved=np.zeros(n, np.int64),
                   retrieval_mean_valence=np.full(n, np.nan), memory_signal=z, marker_valence=z, marker_strength=np.zeros(n, np.int64),
-                  marker_escalated=np.zeros(n, bool), cache_served=np.zeros(n, bool))
+                  marker_escalated=np.zeros(n, bool), cache_served=np.zeros(n, bool), recalled_p=np.full(n, np.nan),
+                  recalled_a=np.full(n, np.nan))
+        pop.recalled[ix] = 0.0      # a dream considers no entry: nothing evoked enters the waking update
         out.heartbeats = hb
 
     def _dream_scores(self):
@@ -1062,7 +1084,8 @@ class Mind:
             trade_failed=ac.failed, entries_written=rf.n_written, flashbulb=rf.flashbulb,
             n_retrieved=dd.nserved, retrieval_mean_valence=out.retrievals["served_mean_valence"],
             memory_signal=dd.mem, marker_valence=s.marker_valence, marker_strength=s.marker_strength.astype(np.int64),
-            marker_escalated=s.neg_marker & (s.sev < 2), cache_served=s.pos_marker)
+            marker_escalated=s.neg_marker & (s.sev < 2), cache_served=s.pos_marker, recalled_p=dd.recalled[:, 0],
+            recalled_a=dd.recalled[:, 1])
         if out.heartbeats:
             out.heartbeats = {k: np.concatenate([np.asarray(out.heartbeats[k]), np.asarray(hb[k])]) for k in hb}
         else:

@@ -122,6 +122,52 @@ def faded_emotional_factor(pad_cos: float, charge_now: float) -> float:
     return 0.5 + (pad_cos - 0.5) * charge_now
 
 
+def recall_charge(i0: float, created_at_ms: int, now_ms: int, reactivated: bool,
+                  last_reactivated_at_ms: int | None, half_life_days: float = 3.0,
+                  reactivation_boost: float = 0.3) -> float:
+    """What a recalled tag evokes of its original charge (SPEC §2.1 recalled feeling): intensity_at(now) / i0
+    (§2.6), not clipped: a faded tag evokes little, a freshly reactivated one up to its boost more than it did
+    when written. 0 for a tag written without charge (i0 0)."""
+    if i0 <= 1e-8:
+        return 0.0
+    return emotional_intensity_at(i0, created_at_ms, now_ms, reactivated, last_reactivated_at_ms, half_life_days,
+                                  reactivation_boost) / i0
+
+
+def recalled_feeling(scores, charges, tags) -> tuple[float, float]:
+    """The affect the entries a Golem considers evoke (SPEC §2.1): `sum w_i tag_i / sum w_i` over the tagged ones,
+    `w_i = max(score_i, 0) * charge_i`; (P, A) of that mean, (0, 0) when nothing tagged carries weight. `tags[i]` is
+    a (p, a, d) triple or None (an untagged entry evokes nothing). Recall moves no dominance: agency is judged from
+    the present."""
+    sw = sp = sa = 0.0
+    for score, ch, tag in zip(scores, charges, tags):
+        if tag is None:
+            continue
+        w = max(score, 0.0) * ch
+        sw += w
+        sp += w * tag[0]
+        sa += w * tag[1]
+    return (sp / sw, sa / sw) if sw > 0 else (0.0, 0.0)
+
+
+#: the mood's intensity bands of the risk channel (SPEC §5): mild < 0.33 <= moderate < 0.66 <= intense
+RISK_BANDS = (0.33, 0.66)
+
+
+def risk_multiplier(mood: PAD, risk_by_emotion: dict[str, tuple[float, float, float]], max_boost: float = 0.2,
+                    prototypes: dict[str, PAD] | None = None, neutral_norm: float = NEUTRAL_NORM) -> float:
+    """The mood's risk multiplier (SPEC §5, the risk channel): 1 + the change `risk_by_emotion` gives the mood's
+    label for its intensity band (mild, moderate, intense), never above 1 + max_boost nor below 0. A neutral mood
+    (norm < neutral_norm) or a label without an entry changes nothing."""
+    label = "neutral" if norm(mood) < neutral_norm else classify(mood, prototypes)
+    steps = risk_by_emotion.get(label)
+    if steps is None:
+        return 1.0
+    i = intensity(mood)
+    band = 0 if i < RISK_BANDS[0] else 1 if i < RISK_BANDS[1] else 2
+    return min(max(1.0 + steps[band], 0.0), 1.0 + max_boost)
+
+
 def apply_contagion(receiver_pad: PAD, incoming_pad: PAD, attenuation: float = 0.3) -> PAD:
     """Clade contagion (SPEC §2.7): P and A move by attenuation x the sender's tag; D is sovereign."""
     return (

@@ -66,6 +66,7 @@ class Population:
     last_action: np.ndarray = field(init=False)    # +1 filled, -1 failed, 0 none
     last_dexp: np.ndarray = field(init=False)
     last_mem: np.ndarray = field(init=False)       # memory signal of the last decision
+    recalled: np.ndarray = field(init=False)       # (n, 2) P, A the last decision's recall evoked (SPEC 2.1)
     loss_bits: np.ndarray = field(init=False)      # last ticks (emotion.recurring_loss_window): losing? (bit mask)
     failed_attempts: np.ndarray = field(init=False)
     high_a_run: np.ndarray = field(init=False)
@@ -125,6 +126,7 @@ class Population:
         self.last_action = np.zeros(n, dtype=np.int8)
         self.last_dexp = np.zeros(n)
         self.last_mem = np.zeros(n)
+        self.recalled = np.zeros((n, 2))
         self.loss_bits = np.zeros(n, dtype=np.int64)
         self.failed_attempts = np.zeros(n, dtype=np.int64)
         self.high_a_run = np.zeros(n, dtype=np.int64)
