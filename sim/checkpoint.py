@@ -597,10 +597,12 @@ def _check_fields(meta: dict) -> None:
                 raise Corrupt(f"{part}.{clip(escape(str(k)))}: not a saved value")
 
 
-def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None,
+                 files: dict | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """A state's meta and arrays, checked: its own sha256, its format, the arrays file of its own
     number (its size and sha256), the fields a resume uses and their types, and (given the run's
-    flush interval) that its time is its part's flush time: states are taken at flushes only.
+    flush interval) that its time is its part's flush time: states are taken at flushes only; given
+    the manifest's `files`, that it lists each of them before its number, with the same sha256.
     The checksum comes first: a damaged field, the format among them, makes the state corrupt
     (the fallback takes the state before); an intact state of another format is `OtherFormat`."""
     try:
@@ -625,6 +627,10 @@ def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None) -> tu
     if flush_every_s is not None and meta["now_s"] != number * flush_every_s:
         raise Corrupt(f"time {meta['now_s']:g} s is not the time of flush {number} ({number * flush_every_s:g} s)")
     _check_listed(meta["parts"], number)
+    for rel, h in (files or {}).items():
+        m = PART_NAME.fullmatch(str(rel).partition("/")[2])
+        if m and int(m.group(1)) < number and meta["parts"].get(rel) != h:
+            raise Corrupt(f"parts: {clip(escape(str(rel)))}: not as manifest.json lists it")
     path = ckdir / f"state-{number:05d}.arrays"     # never a path from the file: its own arrays, here
     try:
         with rundir.open_file(path, "rb") as fh:
@@ -676,11 +682,14 @@ def covered_parts(ckdir: Path) -> tuple[dict[str, str], int] | None:
     return None
 
 
-def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | None = None) -> Checkpoint | None:
+def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | None = None,
+         files: dict | None = None) -> Checkpoint | None:
     """The newest state that passes its checks, or None when there is no state at all. States that
     fail are described in `rejected` (newest first); when every state fails, an InputError says
-    the checkpoint is corrupt. A checkpoint written by another engine version is refused with an
-    InputError (resuming it differently would silently break byte identity)."""
+    the checkpoint is corrupt. A damaged newest state, whatever its damaged field (its format
+    too), falls back to the one before; when no state passes and one is an intact state of another
+    format, the checkpoint is refused as another engine version's (resuming it differently would
+    silently break byte identity). `files`: the manifest's part list, which a state must agree with."""
     ckdir = Path(ckdir)
     if not ckdir.is_dir():
         return None
@@ -690,7 +699,7 @@ def load(ckdir: Path, rejected: list[str] | None = None, flush_every_s: float | 
     other = None
     for f in metas:
         try:
-            meta, arrays = _check_state(f, ckdir, flush_every_s)
+            meta, arrays = _check_state(f, ckdir, flush_every_s, files)
         except OtherFormat as exc:
             other = other or str(exc)
             rejected.append(f"{f.name}: of another format: {exc}")

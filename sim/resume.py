@@ -13,7 +13,7 @@ from pathlib import Path
 from sim import resources, rundir
 from sim.checkpoint import PART_NAME, Checkpoint, load, maybe_save
 from sim.errors import InputError, clip, escape
-from sim.plugins import resolve as resolve_plugins, source_changes
+from sim.plugins import resolve as resolve_plugins
 from sim.recorder import TABLES, Recorder, table_files, warm_up as recorder_warm_up
 from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
 from sim.run import Hold, build_world, configure_logging, drive
@@ -41,10 +41,13 @@ def _check_parts(run_dir: Path, ck: Checkpoint, manifest: dict) -> list[tuple[Pa
         for f in table_files(run_dir, t):
             m = PART_NAME.fullmatch(f.name)
             rel = f"{t}/{f.name}"
-            if m is None or rel in listed:
+            if m is None or rel in listed or (recorded is None and int(m.group(1)) >= ck.part) or \
+                    (recorded is not None and rel in recorded and int(m.group(1)) >= ck.part):
                 continue
-            if int(m.group(1)) < ck.part or (recorded is not None and rel not in recorded):
-                stray.append((f, rel))
+            if recorded is None:      # a killed run: nothing else says which parts the run wrote
+                raise InputError(f"{f}: a part file the checkpoint {ck.path.name} does not list; expected only the "
+                                 "parts the run wrote (move it away to resume)")
+            stray.append((f, rel))
     return stray
 
 
@@ -108,7 +111,8 @@ def resume(run_dir: str | Path, progress=None):
     try:
         rejected: list[str] = []
         flush = manifest["config"].get("recording.flush_every_s")
-        ck = load(ckdir, rejected, flush if isinstance(flush, (int, float)) and not isinstance(flush, bool) else None)
+        ck = load(ckdir, rejected, flush if isinstance(flush, (int, float)) and not isinstance(flush, bool) else None,
+                  manifest.get("files"))
         if ck is None:
             raise InputError(f"{ckdir}: no complete checkpoint (the run stopped before its first one: a big world's "
                              "first comes after 100 x its save time, see BUDGET); expected a run that checkpointed "
@@ -120,11 +124,8 @@ def resume(run_dir: str | Path, progress=None):
         recorder_warm_up()
         seed = int(manifest["seed"])
         tape = ck.tape()
-        plugins = resolve_plugins(scenario, None, manifest.get("plugins"), from_run=True,   # the code the run loaded
+        plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded
                                   source=f"{mpath} scenario")
-        for changed in source_changes(manifest.get("plugins"), plugins)[:1]:   # one run runs one code
-            raise InputError(f"{mpath}: {changed}; expected the code the run ran (restore that file, or run the "
-                             "scenario again)")
         world = build_world(scenario, cfg, tape, seed, progress, str(mpath), plugins=plugins)
         hold.reserve = rundir.Reserve(run_dir)
         ignored = _set_aside(stray)

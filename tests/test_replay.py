@@ -133,6 +133,7 @@ def test_counterfactual_keeps_the_market(small, tmp_path):
 def test_replay_bad_input(tmp_path):
     code, out = cli("replay", tmp_path)
     assert code == 2 and "manifest.json: file not found" in out
-    (tmp_path / "manifest.json").write_text(json.dumps({"scenario": {}, "config": {}, "seed": 1, "status": "running"}))
+    from sim.rundir import write_manifest
+    write_manifest(tmp_path, {"scenario": {}, "config": {}, "seed": 1, "status": "running"})
     code, out = cli("replay", tmp_path, "--verify")
     assert code == 2 and "expected a complete run" in out
