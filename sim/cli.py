@@ -10,8 +10,10 @@ command prints a traceback: an unexpected error is one line too. Everything take
 """
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -121,6 +123,36 @@ def _undecodable(fn, kwargs: dict) -> None:
                 raise InputError(f"{opt} {visible(text)[:80]}: bytes that are not UTF-8; expected UTF-8 text")
 
 
+#: errors of an output location that cannot be used (bad input, exit 2): full, read-only, no permission, quota
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.ENOENT, errno.ENOTDIR,
+                  errno.EISDIR)
+
+
+def _os_errno(exc: BaseException) -> int | None:
+    """The errno of a failed read or write: an OSError's, or the one polars' Rust I/O puts in its
+    message ('... No space left on device (os error 28)')."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    import re
+    m = re.search(r"\(os error (\d+)\)", str(exc))
+    return int(m.group(1)) if m else None
+
+
+def write_parquet(df, path: Path, flag: str = "--out") -> None:
+    """`df` as Parquet at `path` (sim.rundir.write_out_file: beside it, then renamed; only over a
+    regular file): a full disk leaves no half file and says so in one line (exit 2)."""
+    import io
+
+    from sim.rundir import write_out_file
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_out_file(path, buf.getvalue(), flag)
+    except OSError as exc:
+        fail(f"{flag} {path}: cannot write it: {exc.strerror or exc}; nothing was written")
+
+
 def _guarded(fn):
     """Every command's last line of defence: bad input that escaped a command's own handling is
     still one line with exit 2, a failed run one line with exit 1, and anything else (a bug) one
@@ -146,6 +178,9 @@ def _guarded(fn):
         except RecursionError:
             fail("input nested too deeply to process; expected a scenario of a few levels", 2)
         except Exception as exc:   # noqa: BLE001 - never a traceback
+            code = _os_errno(exc)
+            if code is not None:   # polars' writer reports the disk's errors as ComputeError text
+                fail(f"{type(exc).__name__}: {os.strerror(code)}", 2 if code in _OUTPUT_ERRNOS else 1)
             fail(f"internal error: {type(exc).__name__}: {exc} (a bug in golem-sim: please report it with the "
                  "command that caused it)", 1)
     return run_guarded
@@ -450,8 +485,7 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
         t.add_row(shown(row["clade"]), DIFF_LABELS.get(k, k), f(row["a"], k), f(row["b"], k), f(row["delta"], k, True))
     out.print(t)
     if out_file:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        d.write_parquet(out_file)
+        write_parquet(d, out_file)
         out.print(f"written: {shown(out_file)}", highlight=False, soft_wrap=True)
 
 
@@ -553,7 +587,12 @@ def import_tape_cmd(
         df = import_tape(files, asset=asset, time_col=time_col, time_format=time_format, time_unit=time_unit,
                          columns=columns, sep=sep, order=order, extras=extras, fmt=fmt, gas_unit=gas_unit,
                          records_key=records_key, notes=notes)
-        write_tape(df, out_file)
+        try:
+            write_tape(df, out_file)   # beside the target, then renamed: a failure leaves no half tape
+        except Exception as exc:
+            if _os_errno(exc) is None or isinstance(exc, (InputError, TapeError)):
+                raise
+            fail(f"--out {out_file}: cannot write the tape: {os.strerror(_os_errno(exc))}; nothing was written")
         n_events = detect_events(df).height
     except InputError as exc:
         fail_input(exc)

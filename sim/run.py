@@ -167,8 +167,9 @@ def open_run(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path | None,
     if changes is not None:
         manifest["changes"] = list(changes)
     if record:
-        hold = world.hold = Hold(rundir.claim(run_dir), None)
+        fresh, hold = not run_dir.exists(), None   # check_target: absent or empty, and left so if setup fails
         try:
+            hold = world.hold = Hold(rundir.claim(run_dir), None)
             hold.reserve = rundir.Reserve(run_dir)
             configure_logging(run_dir)
             world.rec = Recorder(run_dir)
@@ -177,12 +178,32 @@ def open_run(scenario: Scenario, cfg, run_seed: int, out_dir: str | Path | None,
                 world.checkpoint_dir, world.checkpointer = run_dir / "checkpoint", maybe_save
             rundir.write_manifest(run_dir, manifest)
         except OSError as exc:
-            hold.release()
-            raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror or exc}") from None
+            if hold is not None:
+                hold.release()
+            world.hold = None
+            _undo_setup(run_dir, fresh)
+            raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror or exc}; nothing was kept "
+                             "(the same --out can be used again)") from None
         structlog.get_logger().info("run_start", scenario=scenario.name, seed=run_seed, golems=world.pop.n)
     elif recorder is not None:
         world.tables.tape_events()
     return world, manifest, run_dir
+
+
+def _undo_setup(run_dir: Path, fresh: bool) -> None:
+    """A setup that failed (a full disk: table folders made, the manifest not) leaves the directory
+    as check_target found it, absent or empty, so the same --out is accepted once there is room."""
+    structlog.reset_defaults()   # let go of the log file
+    for p in list(run_dir.iterdir()) if run_dir.is_dir() and not run_dir.is_symlink() else []:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    if fresh:
+        try:
+            run_dir.rmdir()
+        except OSError:
+            pass
 
 
 @dataclass

@@ -22,11 +22,14 @@ def test_every_entry_point_has_a_snippet():
         assert name in code, name
 
 
-def test_the_snippets_run(monkeypatch):
-    monkeypatch.chdir(ROOT)
+def test_the_snippets_run(monkeypatch, tmp_path):
+    """From a working directory that looks like the repository root (its `scenarios/`) and holds
+    nothing else: whatever the snippets write lands there, never in the repository (whose `runs/`
+    a user may be filling while the suite runs)."""
+    (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
+    monkeypatch.chdir(tmp_path)
     from golem import hooks, strategies
     before = (dict(strategies.REGISTRY), dict(hooks.REGISTRY))
-    runs_before = sorted(os.listdir(ROOT / "runs")) if (ROOT / "runs").exists() else None
     ns: dict = {"__name__": "api_docs"}
     try:
         for i, src in enumerate(snippets()):
@@ -36,8 +39,8 @@ def test_the_snippets_run(monkeypatch):
         strategies.REGISTRY.update(before[0])
         hooks.REGISTRY.clear()
         hooks.REGISTRY.update(before[1])
-    # nothing written into the repository: in-memory runs, and a temporary run directory
-    assert (sorted(os.listdir(ROOT / "runs")) if (ROOT / "runs").exists() else None) == runs_before
+    # nothing written where the snippets run: in-memory runs, and a temporary run directory
+    assert sorted(os.listdir(tmp_path)) == ["scenarios"]
     # what the snippets claim
     assert ns["sim"].status == "complete"
     assert ns["targets"].collect().sort("clade_id")["target_exposure"][0] <= 0.55
