@@ -190,6 +190,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--set", dest="sets", action="append", default=[], help="key=value for every run (duration=2d)")
     args = ap.parse_args()
+    if args.seeds < 2 or args.workers < 1:
+        print(f"error: --seeds {args.seeds} --workers {args.workers}: expected at least 2 seeds (an interval needs "
+              f"two pairs) and 1 worker", file=sys.stderr)
+        return 2
     from sim.scenario import InputError
     from sim.sweep import LocalPool, run_sweep
     out = Path(args.out)

@@ -1,7 +1,8 @@
 """Lock-in (SPEC §2.9) on the shipped crash_recovery scenario: its comment block's claims, on a few
-seeds. `crash_runs(overrides)` makes the runs of SEEDS under one setting of scripts/lockin.py once
-per module, so the paired comparisons of §2.9 (the spiral: all countermeasures off with vs without
-recalled feeling; the dose) read the same runs the claims do, through the script's own `figures`.
+seeds. `crash_runs(overrides)` makes the runs of SEEDS under a setting of scripts/lockin.py (its
+ALL_OFF, NO_RECALL, ...) once per module, and `by_seed` reads one of the script's figures per seed:
+the two sides of a paired comparison (sim.analysis.paired_difference), e.g. the spiral's
+recovery_h with every countermeasure off, with against without recalled feeling.
 """
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ def crash_runs(tmp_path_factory):
     return get
 
 
+def by_seed(runs: dict, metric: str) -> dict:
+    """{seed: a figure of scripts/lockin.py}: one side of sim.analysis.paired_difference."""
+    return {s: lockin.figures(run)[metric] for s, run in runs.items()}
+
+
 def test_crash_recovery_market_on_seeds_1_to_200():
     """ETH falls 15-24 % between 30h and 32h and closes at or above its pre-crash price (the last
     close before 30h) again 10-18 h after the crash starts: the market alone, seeds 1-200."""
@@ -57,6 +63,7 @@ def test_crash_recovery_market_on_seeds_1_to_200():
 
 def test_crash_recovery_claims(crash_runs):
     runs = crash_runs()
+    captured, recovery = {}, {}
     for seed, run in runs.items():
         hb = pl.read_parquet(run / "heartbeats" / "*.parquet").filter(pl.col("state_path") != "DREAMING")
         who = A.holders(run, 30 * H, "ETH").collect()["golem_id"].to_list()
@@ -77,6 +84,6 @@ def test_crash_recovery_claims(crash_runs):
         # so they capture part, not all, of the recovery's gain; the lock-in is measured on every seed
         assert 0 < r["captured_share"] < 1, (seed, r["captured_share"])
         assert r["price_recovered_ms"] is not None and r["mood_recovery_s"] is not None, seed
-        # the script reads the same numbers (the crash from the scenario's flash_crash event)
-        f = lockin.figures(run)
-        assert f["captured"] == pytest.approx(r["captured_share"]) and f["recovery_h"] == r["mood_recovery_s"] / 3600
+        captured[seed], recovery[seed] = r["captured_share"], r["mood_recovery_s"] / 3600
+    # the script reads the same numbers (the crash from the scenario's flash_crash event)
+    assert by_seed(runs, "captured") == pytest.approx(captured) and by_seed(runs, "recovery_h") == recovery
