@@ -105,7 +105,8 @@ def test_the_readme_has_one_exit_table_and_the_cli_follows_it():
     assert cli_module.EXIT == {"ok": 0, "run failed": 1, "bad input": 2}
     table = dict(rows)
     assert "plug-in" in table["1"] and "manifest" in table["1"] and "nothing" in table["2"]
-    assert "exit status" in (ROOT / "docs" / "api.md").read_text() and "README" in (ROOT / "docs" / "api.md").read_text()
+    api = (ROOT / "docs" / "api.md").read_text()
+    assert "exit status" in api and "README" in api
 
 
 # ------------------------------------------------------------------------------ bad input: exit 2, one line
@@ -241,6 +242,14 @@ def test_a_plug_in_that_cannot_load_fails_before_the_run_leaving_nothing(plug, t
     assert not (tmp_path / "o").exists()
 
 
+def test_a_plug_in_file_that_exits_while_loading_is_bad_input(plug, tmp_path):
+    (plug.dir / "quits.py").write_text("import sys\nsys.exit(0)\ndef fn(view):\n    return view.cash\n")
+    code, text = cli("run", plug("quits.py:fn"), "--out", tmp_path / "o", "-q")
+    line = one_error_line(text)
+    assert code == 2 and "quits.py failed to load: SystemExit: 0" in flat(line), text
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_plug_in_failing_on_its_first_call_is_a_failed_run(plug, tmp_path):
     """Its first call is the first tick, after the directory is claimed: the failure is recorded
     there (manifest failed, the log), exit 1 as for any run that started and failed."""
@@ -324,7 +333,8 @@ def test_a_plug_in_past_its_time_limit_fails_the_run(plug, tmp_path):
         code, text = cli("run", plug(f"mine.py:{fn}"), "--out", tmp_path / fn, "-q", "--set",
                          "plugins.call_timeout_s=0.3")
         line = one_error_line(text)
-        assert code == 1 and f"strategy 'mine.py:{fn}' ran longer than its time limit of 0.3 s in one call" in flat(line)
+        assert code == 1, text
+        assert f"strategy 'mine.py:{fn}' ran longer than its time limit of 0.3 s in one call" in flat(line)
         assert "plugins.call_timeout_s" in line
         assert time.perf_counter() - t0 < 2.9          # stopped, not waited for
         assert json.loads((tmp_path / fn / "manifest.json").read_text())["status"] == "failed"
