@@ -198,6 +198,8 @@ MAX_JSON_BYTES = 64 * 2**20
 #: a CSV whose lines end in a lone \r is normalised in memory, up to this size (other CSVs are streamed)
 MAX_CR_CSV_BYTES = 64 * 2**20
 _CHUNK = 1 << 20
+#: rows of a CSV parsed at a time: its text is held a batch at a time, its parsed bars whole
+BATCH_ROWS = 250_000
 
 
 def _read_bytes(path: Path, limit: int) -> bytes:
@@ -216,12 +218,15 @@ def _decode(path: Path, data: bytes) -> str:
     return text.lstrip("\ufeff")
 
 
-def _scan_bytes(path: Path) -> bool:
+def _scan_bytes(path: Path, sep: str) -> tuple[bool, int | None]:
     """One pass over a CSV in 1 MiB pieces (memory does not grow with the file): empty file and
-    UTF-8 errors (naming the line) refused; True when some line ends in a lone \\r, which the
-    streaming reader does not take for a line end."""
+    UTF-8 errors (naming the line) refused. Returns whether some line ends in a lone \\r (which the
+    streaming reader does not take for a line end) and, for a file without quotes (where a line is
+    a record), its count of non-blank lines (a cell other than spaces and separators), else None."""
     decoder = codecs.getincrementaldecoder("utf-8")()
-    lines, lone_cr, prev_cr, content = 0, False, False, False
+    filled = re.compile(rb"(?m)^[ \t\r\f\v" + re.escape(sep.encode()) + rb"]*[^ \t\r\f\v\n" +
+                        re.escape(sep.encode()) + rb"]")
+    lines, lone_cr, prev_cr, content, quoted, nonblank, carry = 0, False, False, False, False, 0, b""
     with os.fdopen(open_regular(path, "a tape file", TapeError), "rb") as fh:
         while chunk := fh.read(_CHUNK):
             try:
@@ -234,9 +239,13 @@ def _scan_bytes(path: Path) -> bool:
             lone_cr = lone_cr or (prev_cr and not chunk.startswith(b"\n")) or \
                 re.search(rb"\r(?!\n)", chunk[:-1] if chunk.endswith(b"\r") else chunk) is not None
             prev_cr = chunk.endswith(b"\r")
+            quoted = quoted or b'"' in chunk
+            if not quoted:
+                whole, _, carry = (carry + chunk).rpartition(b"\n")
+                nonblank += sum(1 for _ in filled.finditer(whole))
     if not content:
         raise TapeError(f"{path}: row 1: the file is empty; expected a header and at least one data row")
-    return lone_cr
+    return lone_cr, None if quoted else nonblank + (1 if filled.match(carry) else 0)
 
 
 def _text_lines(path: Path, text: str | None):
@@ -248,14 +257,16 @@ def _text_lines(path: Path, text: str | None):
                             encoding="utf-8-sig", newline="")
 
 
-def _read_csv(path: Path, sep: str) -> tuple[pl.LazyFrame, str | None]:
+def _read_csv(path: Path, sep: str) -> tuple[pl.LazyFrame, str | None, int | None]:
     """The CSV as a lazy frame of text columns (types would be guessed from the first rows and
     misreport later ones), with `_row` (1-based data row) and `_blank` (a row of empty cells).
     The file is scanned, not loaded: only the columns a tape needs are ever collected."""
     if not isinstance(sep, str) or len(sep.encode("utf-8")) != 1 or sep in "\r\n\"":
         raise TapeError(f"{path}: separator {sep!r} is not usable; expected a single one-byte character")
     text = None
-    if _scan_bytes(path):
+    lone_cr, lines = _scan_bytes(path, sep)
+    if lone_cr:
+        lines = None
         # lines ending in a lone \r (old Mac exports, mixed files): normalised in memory
         text = _decode(path, _read_bytes(path, MAX_CR_CSV_BYTES)).replace("\r\n", "\n").replace("\r", "\n")
     source = io.BytesIO(text.encode("utf-8")) if text is not None else path
@@ -268,16 +279,19 @@ def _read_csv(path: Path, sep: str) -> tuple[pl.LazyFrame, str | None]:
     except (Exception, _PanicException) as exc:
         raise TapeError(f"{path}: {_csv_diagnosis(path, text, sep)} ({_short(exc)})") from exc
     blank = pl.all_horizontal([pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "") for c in names])
-    return lf.with_row_index("_row", offset=1).with_columns(pl.col("_row").cast(pl.Int64), blank.alias("_blank")), text
+    return (lf.with_row_index("_row", offset=1).with_columns(pl.col("_row").cast(pl.Int64), blank.alias("_blank")),
+            text, lines)
 
 
-def _check_row_count(path: Path, text: str | None, sep: str, got: int) -> None:
+def _check_row_count(path: Path, text: str | None, sep: str, got: int, lines: int | None = None) -> None:
     """Every non-blank line after the header is one bar: a reader that merged or skipped lines
-    (odd quoting, stray separators) is an error, never a silently shorter tape. The csv module
-    counts the lines as it streams them."""
+    (odd quoting, stray separators) is an error, never a silently shorter tape. `lines`: the
+    non-blank lines counted on the bytes (a file without quotes); else the csv module counts the
+    records as it streams them."""
     try:
-        with _text_lines(path, text) as fh:
-            lines = sum(1 for r in csv.reader(fh, delimiter=sep) if any(c.strip() for c in r))
+        if lines is None:
+            with _text_lines(path, text) as fh:
+                lines = sum(1 for r in csv.reader(fh, delimiter=sep) if any(c.strip() for c in r))
     except csv.Error:
         return   # the csv module cannot count it either; polars' own parse stands
     expected = max(lines - 1, 0)
@@ -396,30 +410,37 @@ class _Raw:
     header: pl.DataFrame
     sep: str | None = None
     text: str | None = None
+    lines: int | None = None
 
-    def collect(self, columns: list[str]) -> pl.DataFrame:
-        """The named columns and `_row`, blank CSV lines left out; the count of rows checked
-        against the lines the csv module sees; at least one row."""
+    def batches(self, columns: list[str]):
+        """The named columns and `_row` in order, BATCH_ROWS rows at a time (a CSV's text never
+        whole in memory), blank CSV lines left out; once all are read, the count of rows checked
+        against the lines the csv module sees, and at least one row."""
         lf = self.lf.filter(~pl.col("_blank")) if self.sep is not None else self.lf
+        lf = lf.select(*dict.fromkeys(columns), "_row")
+        rows = 0
         try:
-            df = lf.select(*dict.fromkeys(columns), "_row").collect(engine="streaming")
+            parts = lf.collect_batches(chunk_size=BATCH_ROWS, engine="streaming") if self.sep is not None \
+                else [lf.collect()]
+            for df in parts:
+                rows += df.height
+                yield df
         except (Exception, _PanicException) as exc:
-            if self.sep is None:
+            if self.sep is None or isinstance(exc, TapeError):
                 raise
             raise TapeError(f"{self.path}: {_csv_diagnosis(self.path, self.text, self.sep)} ({_short(exc)})") from exc
         if self.sep is not None:
-            _check_row_count(self.path, self.text, self.sep, df.height)
-        if df.height == 0:
+            _check_row_count(self.path, self.text, self.sep, rows, self.lines)
+        if rows == 0:
             raise TapeError(f"{self.path}: row 1: no data rows; expected a header and at least one data row")
-        return df
 
 
 def _read_raw(path: Path, fmt: str | None, sep: str, records_key: str | None = None) -> _Raw:
     """One file's raw columns (names stripped of whitespace and BOM), not yet read for a CSV."""
     kind = _resolve_format(path, fmt)
-    text = None
+    text = lines = None
     if kind == "csv":
-        lf, text = _read_csv(path, sep)
+        lf, text, lines = _read_csv(path, sep)
     else:
         if kind == "json":
             df = _read_json(path, _read_bytes(path, MAX_JSON_BYTES), records_key)
@@ -440,7 +461,7 @@ def _read_raw(path: Path, fmt: str | None, sep: str, records_key: str | None = N
         schema = dict(zip(stripped, schema.values()))
     if not schema:
         raise TapeError(f"{path}: row 1: no data rows; expected a header and at least one data row")
-    return _Raw(path, lf, pl.DataFrame(schema=schema), sep if kind == "csv" else None, text)
+    return _Raw(path, lf, pl.DataFrame(schema=schema), sep if kind == "csv" else None, text, lines)
 
 
 def _find_column(df: pl.DataFrame, name: str, explicit: bool) -> str | None:
@@ -571,11 +592,16 @@ def _epoch_ms_from_text(text: pl.Series, time_format: str | None, path: Path, la
             ) from exc
         return parsed.dt.epoch("ms")
     norm = _normalise_time_text(text)
-    candidates = []
-    for f in _AUTO_TIME_FORMATS:
-        parsed = norm.str.to_datetime(f, strict=False, time_unit="us")
-        candidates.append(parsed.dt.epoch("ms"))
-    return pl.select(pl.coalesce([pl.lit(c) for c in candidates])).to_series()
+    out = None
+    for f in _AUTO_TIME_FORMATS:   # the first format that reads a row wins; later ones see only the rest
+        if out is None:
+            out = norm.str.to_datetime(f, strict=False, time_unit="us").dt.epoch("ms")
+            continue
+        left = (out.is_null() & norm.is_not_null()).arg_true()
+        if left.len() == 0:
+            break
+        out = out.scatter(left, norm.gather(left).str.to_datetime(f, strict=False, time_unit="us").dt.epoch("ms"))
+    return out
 
 
 def _epoch_ms_from_numbers(num: pl.Series, ints: pl.Series | None, unit: str) -> pl.Series:
@@ -662,7 +688,7 @@ def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str | None, t
                records_key: str | None = None, notes: list[str] | None = None) -> pl.DataFrame:
     """One bar file -> validated frame (time_ms, prices, volume, present extras, _row).
 
-    Only the columns a tape needs are read, and each text column is dropped once parsed."""
+    Only the columns a tape needs are read, their text a batch at a time (`_Raw.batches`)."""
     raw = _read_raw(path, fmt, sep, records_key)
     head = raw.header
     expected = [*(columns.get(c, c) for c in PRICE_COLUMNS)]
@@ -679,7 +705,20 @@ def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str | None, t
                 raise _missing(path, canon, columns[canon], head, expected)
             continue
         sources[canon] = src
-    df = raw.collect([tcol, *sources.values()])
+    parts = [_parse_bars(df, tcol, sources, path, time_format, time_unit, gas_unit)
+             for df in raw.batches([tcol, *sources.values()])]
+    frame = pl.concat(parts) if len(parts) > 1 else parts[0]
+    del parts
+    if "volume" not in frame.columns:
+        frame = frame.with_columns(pl.lit(0.0, dtype=pl.Float64).alias("volume"))
+        if notes is not None:
+            notes.append(f"{path}: no volume column; volume is 0 on every bar")
+    return frame.select("time_ms", *PRICE_COLUMNS, "volume", *(c for c in EXTRA_NAMES if c in frame.columns), "_row")
+
+
+def _parse_bars(df: pl.DataFrame, tcol: str, sources: dict[str, str], path: Path, time_format: str | None,
+                time_unit: str | None, gas_unit: str) -> pl.DataFrame:
+    """One batch of a bar file's text columns -> checked numbers (time_ms, prices, volume, extras, _row)."""
     rows = df["_row"]
     out: dict[str, pl.Series] = {
         "time_ms": _parse_time(df[tcol], rows, path, f"time column {tcol!r}", time_format, time_unit)
@@ -699,11 +738,6 @@ def _load_bars(path: Path, *, fmt: str | None, sep: str, time_col: str | None, t
                 values = values * GAS_UNITS[gas_unit]
                 _check_gas(values, rows, path, label, gas_unit)
         out[canon] = values.alias(canon)
-    del df
-    if "volume" not in out:
-        out["volume"] = pl.Series("volume", [0.0] * rows.len(), dtype=pl.Float64)
-        if notes is not None:
-            notes.append(f"{path}: no volume column; volume is 0 on every bar")
     _check_ohlc(out["open"], out["high"], out["low"], out["close"], rows, path)
     frame = pl.DataFrame([s.alias(name) for name, s in out.items()])
     return frame.with_columns(rows)
@@ -759,7 +793,7 @@ def _load_extra(extra: ExtraSeries, order: str, gas_unit: str = "gwei", notes: l
     vcol = _find_column(raw.header, extra.column, explicit=True)
     if vcol is None:
         raise _missing(path, extra.name, extra.column, raw.header, [tcol, extra.column])
-    df = raw.collect([tcol, vcol])
+    df = pl.concat(list(raw.batches([tcol, vcol])))
     rows = df["_row"]
     time_ms = _parse_time(df[tcol], rows, path, f"time column {tcol!r}", extra.time_format, extra.time_unit)
     label = f"{extra.name} (column {vcol!r})"

@@ -153,12 +153,12 @@ def test_spikes_that_do_not_overlap_and_spikes_under_the_cap_are_valid(tmp_path)
 
 
 def test_the_least_money_and_price_give_finite_tables(tmp_path):
-    """At the bounds (a cent of budget and capital, a price of 1e-12, gas stacked to 1e12 gwei)
+    """Near the bounds (a cent of budget and capital, a price of 1e-10, gas stacked to 1e12 gwei)
     every money and affect column of the run is finite."""
     f = tmp_path / "s.yaml"
     f.write_text(_gas_spikes(2, 1e6, base=1.0).replace(
         "count: 2}", "count: 2, budget: 0.01, capital: 0.01, asset: X}") +
-        "  assets: [{name: X, price: 1.0e-12}]\n")
+        "  assets: [{name: X, price: 1.0e-10}]\n")
     code, out = cli("run", f, "--out", tmp_path / "r", "-q", "--set", "duration=3h")
     assert code == 0, out
     hb = table(tmp_path / "r", "heartbeats")
@@ -312,19 +312,49 @@ def test_blank_lines_are_not_bars_and_rows_keep_their_numbers(tmp_path):
         import_tape([f])
 
 
-def test_a_large_csv_is_read_column_by_column(tmp_path, monkeypatch):
+def test_a_large_csv_is_read_column_by_column_in_batches(tmp_path, monkeypatch):
     """Only the columns a tape needs are collected from the scanned CSV (a minute-bar export's
-    other columns never enter memory), and the line count streams from the file."""
+    other columns never enter memory), a batch of rows at a time, and the line count streams from
+    the file; the tape is the same whatever the batch size."""
     import sim.tapes as tapes
     rows, _ = _bars(50, timedelta(minutes=1))
     f = tmp_path / "wide.csv"
     f.write_text("timestamp,open,high,low,close,volume,junk1,junk2\n" + "".join(r + ",a,b\n" for r in rows))
+    whole = tapes.import_tape([f])
     seen = []
-    real = tapes._Raw.collect
+    real = tapes._parse_bars
 
-    def spy(self, columns):
-        seen.append(list(columns))
-        return real(self, columns)
-    monkeypatch.setattr(tapes._Raw, "collect", spy)
-    tape = tapes.import_tape([f])
-    assert tape.height == 50 and seen == [["timestamp", "open", "high", "low", "close", "volume"]]
+    def spy(df, *args):
+        seen.append((df.columns, df.height))
+        return real(df, *args)
+    monkeypatch.setattr(tapes, "_parse_bars", spy)
+    monkeypatch.setattr(tapes, "BATCH_ROWS", 16)
+    assert tapes.import_tape([f]).equals(whole)
+    assert [n for _, n in seen] == [16, 16, 16, 2]
+    assert all(c == ["timestamp", "open", "high", "low", "close", "volume", "_row"] for c, _ in seen)
+    lines = f.read_text().splitlines(keepends=True)
+    lines[37] = lines[37].replace(",1000,a,b", ",x,a,b")           # data row 37: in the third batch
+    f.write_text("".join(lines))
+    with pytest.raises(tapes.TapeError, match=r"row 37: volume \(column 'volume'\) value 'x' is not a number"):
+        tapes.import_tape([f])
+
+
+@pytest.mark.parametrize("text", [
+    "t,o\n2020-01-01,1\n\n , \n,,\n2020-01-02,2",                 # blank, spaces and separators only; no final \n
+    "t,o\r\n2020-01-01,1\r\n\r\n2020-01-02,2\r\n \t\r\n",           # \r\n line ends
+    "\n\nt,o\n" + "2020-01-01,1\n" * 40 + "\n" * 5,                 # blank lines before the header and after
+])
+def test_the_line_count_on_bytes_agrees_with_the_csv_module(tmp_path, monkeypatch, text):
+    """A file without quotes is counted on its bytes as it streams (1 MiB pieces; here 7 bytes, so
+    lines straddle the pieces): the same count of non-blank lines as the csv module's."""
+    import csv
+    import io
+
+    import sim.tapes as tapes
+    f = tmp_path / "c.csv"
+    f.write_bytes(text.encode())
+    by_csv = sum(1 for r in csv.reader(io.StringIO(text, newline="")) if any(c.strip() for c in r))
+    monkeypatch.setattr(tapes, "_CHUNK", 7)
+    assert tapes._scan_bytes(f, ",") == (False, by_csv)
+    f.write_bytes(text.replace("2020-01-01", '"2020-01-01"').encode())
+    assert tapes._scan_bytes(f, ",")[1] is None                      # quotes: the csv module counts
