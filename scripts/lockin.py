@@ -84,11 +84,11 @@ def figures(run: Path) -> dict:
                 mood_p=mood, captured=r["captured_share"], final_value=r["final_value"])
 
 
-def sweep_file(out: Path, seeds: list[int], sets: dict[str, dict]) -> Path:
+def sweep_file(out: Path, seeds: list[int], sets: dict[str, dict], scenarios=SCENARIOS) -> Path:
     path = out / "lockin.yaml"
     out.mkdir(parents=True, exist_ok=True)
     doc = {"name": "lockin", "description": "SPEC 2.9 lock-in experiments (written by scripts/lockin.py)",
-           "scenarios": [str(ROOT / "scenarios" / f"{s}.yaml") for s in SCENARIOS],
+           "scenarios": [str(ROOT / "scenarios" / f"{s}.yaml") for s in scenarios],
            "override_sets": list(sets.values()), "seeds": seeds}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -151,10 +151,10 @@ def dose_monotone(rows, scenario, metric) -> bool | None:
     return all(b >= a for a, b in zip(means, means[1:]))
 
 
-def report(rows, sets) -> tuple[str, dict]:
+def report(rows, sets, scenarios=SCENARIOS) -> tuple[str, dict]:
     from sim.analysis import paired_difference
     lines, result = [], {"comparisons": {}, "dose_monotone": {}, "means": {}}
-    for scen in SCENARIOS:
+    for scen in scenarios:
         lines += [f"\n### {scen}\n", "| setting | runs ok | recovery (h) | capped | congruence | mood P | captured | "
                   "final value |", "|---|---|---|---|---|---|---|---|"]
         for name in sets:
@@ -188,8 +188,14 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=20, help="seeds 1..N (default 20)")
     ap.add_argument("--out", default="runs/lockin")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated (default {','.join(SCENARIOS)})")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="key=value for every run (duration=2d)")
     args = ap.parse_args()
+    scenarios = tuple(x.strip() for x in args.scenarios.split(",") if x.strip())
+    unknown = [x for x in scenarios if x not in SCENARIOS]
+    if unknown or not scenarios:
+        print(f"error: --scenarios {args.scenarios}: expected some of {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
     if args.seeds < 2 or args.workers < 1:
         print(f"error: --seeds {args.seeds} --workers {args.workers}: expected at least 2 seeds (an interval needs "
               f"two pairs) and 1 worker", file=sys.stderr)
@@ -199,16 +205,16 @@ def main() -> int:
     out = Path(args.out)
     sets = settings()
     try:
-        res = run_sweep(sweep_file(out, list(range(1, args.seeds + 1)), sets), out, executor=LocalPool(args.workers),
+        res = run_sweep(sweep_file(out, list(range(1, args.seeds + 1)), sets, scenarios), out, executor=LocalPool(args.workers),
                         sets=args.sets)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows = collect(out, sets)
-    text, result = report(rows, sets)
+    text, result = report(rows, sets, scenarios)
     failed = [r for r in rows if r["status"] != "ok"]
     walls = {s: [r["wall_s"] for r in rows if r["scenario"] == s and r["status"] == "ok" and r["wall_s"]]
-             for s in SCENARIOS}
+             for s in scenarios}
     print(f"# Lock-in (SPEC 2.9): {args.seeds} seeds, {len(rows)} runs, {len(failed)} failed, "
           f"sweep wall {res.wall_s:.0f} s" + (f", sets {' '.join(args.sets)}" if args.sets else ""))
     for s, w in walls.items():
