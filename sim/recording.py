@@ -84,6 +84,22 @@ def _empty_lists(n: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], type=pa.int64()))
 
 
+class NonFiniteValue(ArithmeticError):
+    """A value overflowed during the run (inf or NaN where a table needs a number): the run fails
+    rather than record it (validate's bounds keep every known input from getting here)."""
+
+
+def _check_finite(h: dict, columns: tuple[str, ...]) -> None:
+    """The heartbeats' money and affect columns are finite, else NonFiniteValue naming the first."""
+    for c in columns:
+        v = np.asarray(h[c]) if c in h else None
+        if v is not None and v.dtype.kind == "f" and not np.isfinite(v).all():
+            i = int(np.flatnonzero(~np.isfinite(v))[0])
+            raise NonFiniteValue(f"heartbeats.{c} is {float(v[i])!r} for Golem {int(h['golem_id'][i])} at "
+                                 f"time_ms {int(h['time_ms'][i])}: a value overflowed; expected finite "
+                                 "values (smaller money, prices, costs or event sizes)")
+
+
 class Tables:
     """Turns what the world emits into rows of the run's tables, through `rec` (None: a run that
     records nothing). Holds the events' running sequence number and the Clade deliveries waiting
@@ -165,6 +181,7 @@ class Tables:
 
     # ---------------------------------------------------------------- one table each
     def _record_heartbeats(self, h: dict) -> None:
+        _check_finite(h, ("value", "cash", "budget", "vitality", "price", "p", "a", "d", "intensity", "exposure"))
         self.rec.add("heartbeats", dict(
             h, state_path=Names(STATE_PATHS, h["state_path"]), emotion=Names(padm.EMOTION_CODES, h["emotion"]),
             label=Names(gm.LABELS, h["label"]), tier=Names(TIERS, h["tier"]), phase=Names(PHASES, h["phase"]),

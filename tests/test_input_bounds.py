@@ -358,3 +358,31 @@ def test_the_line_count_on_bytes_agrees_with_the_csv_module(tmp_path, monkeypatc
     assert tapes._scan_bytes(f, ",") == (False, by_csv)
     f.write_bytes(text.replace("2020-01-01", '"2020-01-01"').encode())
     assert tapes._scan_bytes(f, ",")[1] is None                      # quotes: the csv module counts
+
+
+def test_a_value_that_overflows_during_the_run_fails_the_run(tmp_path, monkeypatch):
+    """What validate cannot see fails the run: prices made inf after an hour, past the market's
+    own check (switched off here), reach the heartbeats; the first heartbeat that would record one
+    stops the run: exit 1, the manifest failed, saying which value; no inf in the tables written."""
+    import json
+
+    import sim.run as run
+    real = run.generate
+
+    def inf_prices(*args, **kwargs):
+        tape = real(*args, **kwargs)
+        for a in (tape.open, tape.high, tape.low, tape.close):
+            a[12:] = math.inf
+        return tape
+    monkeypatch.setattr(run, "generate", inf_prices)
+    monkeypatch.setattr(run, "check_tape", lambda tape, where: None)
+    f = tmp_path / "s.yaml"
+    f.write_text(GOOD.replace("2h", "3h"))
+    code, out = cli("run", f, "--out", tmp_path / "r", "-q")
+    assert code == 1, out
+    m = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert m["status"] == "failed", m
+    assert "heartbeats.value is inf for Golem 0 at time_ms 3600000: a value overflowed" in m["error"], m
+    assert "heartbeats.value is inf" in out
+    hb = table(tmp_path / "r", "heartbeats")
+    assert hb["time_ms"].max() == 3_600_000 - 300_000 and hb["price"].is_finite().all()
