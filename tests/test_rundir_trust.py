@@ -55,11 +55,15 @@ def runs(tmp_path_factory):
     return d, ref.manifest["hashes"]
 
 
+class Hung(BaseException):
+    """Raised by `deadline`: not an OSError or Exception, so no handler of the code under test takes it."""
+
+
 @contextmanager
-def deadline(seconds: int = 60):
+def deadline(seconds: int = 20):
     """Fail instead of hanging (a FIFO opened for reading blocks until a writer comes)."""
     def expire(*_):
-        raise TimeoutError(f"still running after {seconds} s: hung on a FIFO?")
+        raise Hung(f"still running after {seconds} s")
     old = signal.signal(signal.SIGALRM, expire)
     signal.alarm(seconds)
     try:
@@ -205,6 +209,24 @@ def test_open_fd_refuses_special_files_without_blocking(tmp_path):
     os.close(rundir.open_fd(f))                          # read: fine
 
 
+def test_open_fd_refuses_a_link_or_fifo_swapped_in_after_its_lstat(tmp_path, monkeypatch):
+    """The open itself refuses (O_NOFOLLOW; O_NONBLOCK then fstat) what appears after the lstat."""
+    outside = _outside(tmp_path)
+    link, fifo = tmp_path / "link", tmp_path / "fifo"
+    link.symlink_to(outside)
+    os.mkfifo(fifo)
+
+    def swapped(path, *a, **k):
+        raise FileNotFoundError(path)       # the lstat saw nothing there: the name was planted after it
+    monkeypatch.setattr(rundir.os, "lstat", swapped)
+    with pytest.raises(InputError, match="link: a symbolic link"):
+        rundir.open_fd(link, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    with deadline(10), pytest.raises(InputError, match="fifo: a FIFO"):
+        rundir.open_fd(fifo)
+    monkeypatch.undo()
+    assert outside.read_bytes() == SECRET
+
+
 # ------------------------------------------------------------------------------- --out
 def test_an_out_file_replaces_only_a_regular_file(tmp_path):
     target = tmp_path / "old.html"
@@ -312,7 +334,9 @@ def test_parts_are_checked_whatever_the_status(runs, tmp_path, status, damage):
         _reseal(run, status="failed", failure={"type": "OSError", "resumable": True})
     elif status == "killed":
         _reseal(run, status="running", files=None, hashes=None, row_counts=None, stopped_at_s=None)
-    f = table_files(run, "heartbeats")[2]
+    # the manifest's list covers the last part, written after the newest checkpoint; a killed run's
+    # checkpoint covers the parts before it
+    f = table_files(run, "heartbeats")[2 if status == "killed" else -1]
     _flip(f) if damage == "flipped" else f.unlink()
     expect = "differs from the sha256" if damage == "flipped" else "part file missing"
     for cmd in (["report", run, "-q"], ["diff", run, runs[0] / "complete"], ["diff", runs[0] / "complete", run]):
