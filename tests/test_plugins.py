@@ -435,7 +435,7 @@ def test_builtins_are_plug_ins_of_the_documented_form():
     pop.price_hist[0, (20 - 12) % 64] = 100.0
     obs = SimpleNamespace(now_ms=0, close=np.array([102.0]))
     view = CohortView(SimpleNamespace(pop=pop, cfg=cfg), np.array([0, 1]), obs,
-                      memory={"memory_signal": np.array([0.5, -1.0])})
+                      memory={"memory_signal": np.array([0.5, -1.0]), "risk_multiplier": np.ones(2)})   # a neutral mood
     trend0 = np.tanh(25.0 * 1.0 * 0.02)     # 2 % over the 12-tick window; Golem 1 has seen too few ticks
     m0 = 0.5 + 0.5 * trend0 + 0.3 * 1.0 * 0.5
     assert stratm.momentum(view) == pytest.approx([min(m0, 1.0) * 0.8, (0.5 + 0.3 * 0.5 * -1.0) * 1.0])
