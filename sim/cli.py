@@ -164,6 +164,8 @@ def _guarded(fn):
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.TyperException):   # typer's own exits and usage errors
             raise
+        except KeyboardInterrupt:   # Ctrl-C in a command that has no run to mark interrupted
+            fail("interrupted", 128 + 2)
         except InputError as exc:
             fail_input(exc)
         except _run_failed() as exc:
@@ -327,7 +329,8 @@ def schema(out_file: Optional[Path] = typer.Option(None, "--out", help="write to
     from sim.scenario import json_schema
     text = json.dumps(json_schema(), indent=2, sort_keys=True)
     if out_file:
-        out_file.write_text(text + "\n")
+        from sim.rundir import write_out_file
+        write_out_file(out_file, (text + "\n").encode())   # over a regular file only (not a FIFO, device, link)
     else:
         sys.stdout.write(text + "\n")
 
@@ -448,6 +451,8 @@ def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed ru
     for note in res.manifest.get("checkpoint_rejected") or []:
         err.print(f"[yellow]warning:[/] {markup_escape(one_line(note))}; resumed from the previous good one",
                   highlight=False, soft_wrap=True)
+    for note in res.manifest.get("ignored_parts") or []:
+        err.print(f"[yellow]warning:[/] {markup_escape(one_line(note))}", highlight=False, soft_wrap=True)
     if not quiet:
         out.print(summary_table(res.manifest, res.world))
     out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {shown(res.run_dir)}",

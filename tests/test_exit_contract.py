@@ -166,6 +166,29 @@ def test_the_largest_seed_range_is_accepted():
         parse_seeds(f"5:{5 + MAX_SEEDS + 1}")
 
 
+def test_ctrl_c_in_any_command_is_130_in_one_line(tmp_path, monkeypatch):
+    import sim.run
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sim.run, "prepare", ctrl_c)
+    f = tmp_path / "s.yaml"
+    f.write_text(SCEN.format(strategy="hodl", duration="1h"))
+    code, text = cli("validate", f)
+    assert code == 130 and one_error_line(text) == "error: interrupted", text
+
+
+def test_schema_on_a_full_disk_leaves_no_file(tmp_path, monkeypatch):
+    import sim.recorder
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(sim.recorder.os, "fsync", full)
+    code, text = cli("schema", "--out", tmp_path / "s.json")
+    assert code == 2 and "No space left on device" in flat(one_error_line(text)), text
+    assert list(tmp_path.iterdir()) == []
+
+
 def _two_runs(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(SCEN.format(strategy="hodl", duration="1h"))
