@@ -411,8 +411,9 @@ def _generated_tape_file(tmp: Path, bar_s: int, days_before: int, days: int, see
     k = bar_s // 300
     n = (tape.n_steps // k) * k
     close = tape.close[:n, 0].reshape(-1, k)
+    opn = tape.open[:n:k, 0]     # a bar's range holds its open too (import-tape checks low <= open <= high)
     rows = pl.DataFrame({"timestamp": (np.arange(close.shape[0]) * bar_s * 1000 + 1_577_836_800_000),
-                         "open": tape.open[:n:k, 0], "high": close.max(axis=1), "low": close.min(axis=1),
+                         "open": opn, "high": np.maximum(close.max(axis=1), opn), "low": np.minimum(close.min(axis=1), opn),
                          "close": close[:, -1], "volume": np.full(close.shape[0], 1.0)})
     csv = tmp / f"bars-{bar_s}.csv"
     rows.write_csv(csv)

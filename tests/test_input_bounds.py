@@ -360,6 +360,7 @@ def test_the_line_count_on_bytes_agrees_with_the_csv_module(tmp_path, monkeypatc
     assert tapes._scan_bytes(f, ",")[1] is None                      # quotes: the csv module counts
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # numpy on the inf prices, before the check
 def test_a_value_that_overflows_during_the_run_fails_the_run(tmp_path, monkeypatch):
     """What validate cannot see fails the run: prices made inf after an hour, past the market's
     own check (switched off here), reach the heartbeats; the first heartbeat that would record one
