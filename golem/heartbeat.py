@@ -998,7 +998,8 @@ class Mind:
                   tick=pop.tick[ix].copy(), state_path=np.full(n, PATH_DREAM, dtype=np.int8), p=pop.pad[ix, 0].copy(),
                   a=pop.pad[ix, 1].copy(), d=pop.pad[ix, 2].copy(), mood_p=pop.mood[ix, 0].copy(),
                   mood_a=pop.mood[ix, 1].copy(), mood_d=pop.mood[ix, 2].copy(),
-                  emotion=appraisal.classify_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2], self.protos),
+                  emotion=appraisal.classify_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2], self.protos,
+                                                   self.cfg.emotion.neutral_norm),
                   label=np.zeros(n, np.int8), intensity=appraisal.intensity_batch(pop.pad[ix, 0], pop.pad[ix, 1], pop.pad[ix, 2]),
                   tier=np.zeros(n, np.int64), exposure=np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0),
                   target_exposure=np.full(n, np.nan), value=value, pnl=np.full(n, np.nan), cash=pop.cash[ix].copy(),
@@ -1109,7 +1110,8 @@ class Mind:
             embs.append(emb)
         cand = Candidates()
         cand.add(normalise(np.stack(embs)), [f"{self.assets[a]}/death-reflection" for a in pop.asset[ix]],
-                 p=pd[:, 0], a=pd[:, 1], d=pd[:, 2], has_tag=True, emotion=appraisal.classify_batch(pd[:, 0], pd[:, 1], pd[:, 2], self.protos),
+                 p=pd[:, 0], a=pd[:, 1], d=pd[:, 2], has_tag=True,
+                 emotion=appraisal.classify_batch(pd[:, 0], pd[:, 1], pd[:, 2], self.protos, cfg.emotion.neutral_norm),
                  label=0, value=value, pnl=0.0, signals=0, provenance=-1, tick=pop.tick[ix], flashbulb=False,
                  first_sighting=False, force_internal=True, arousal_bias=False, golem=ix,
                  scope=pop.asset[ix].astype(np.int32), seq=90, kind=K_DEATH, role=ROLE_INS,

@@ -2,7 +2,7 @@
 
 The test walks whatever keys the defaults file holds, so a key added tomorrow is covered the day
 it lands. Each key is changed by a rule (a number: x 0.8, or + 1 for an integer, 0 -> 0.1; a flag:
-flipped; a choice: the next one; a table: each value x 0.8) applied to the value the check's base
+flipped; a choice: the next one; a table: each value, or each value of its rows, x 0.8) applied to the value the check's base
 config holds, and the check run with the key changed must give another result than with it
 unchanged. The check is a short run of tests/scenarios/liveness.yaml (its final state and
 everything it emitted, hashed) unless `CHECKS` names another: a longer run, extra settings the
@@ -135,6 +135,20 @@ def _unit_curator(cfg):
     m.pop.curator_last_ms[:] = 30 * DAY
     figures = curator.curate(m, 0, now)
     return json.dumps(figures, sort_keys=True), [c.tobytes() for c in gr.cols.values()]
+
+
+def _unit_risk(cfg):
+    """One DECIDING of a tiny Mind (tests/minds.py) for Golems whose moods span the Plutchik labels and the
+    three intensity bands, each with a calm emotion: the built-in strategies' targets (the risk channel, SPEC §5)."""
+    import minds
+    from golem import pad as padm
+    from golem.heartbeat import TickOutput
+    moods = [tuple(np.asarray(v) / np.linalg.norm(v) * i * np.sqrt(3)) for v in padm.load_prototypes().values()
+             for i in (0.2, 0.5, 0.9)]
+    n = len(moods)
+    m = minds.mind(n=n, cfg=cfg)
+    ix = np.arange(n)
+    return m.decide(ix, minds.observation(m), minds.sensed(m, ix, mood=np.array(moods)), TickOutput()).target.tobytes()
 
 
 def _unit_reflect(cfg):
@@ -313,7 +327,8 @@ CHECKS: dict[str, Check] = {
     "appraisal.failed_transaction": Check(), "appraisal.liquidation": Check(), "appraisal.stop_breach": Check(),
     "appraisal.exploit_held": Check(), "appraisal.stop_loss": Check(),
     "emotion.neutral_norm": Check(unit=_unit_affect, value=0.3),
-    "decision.risk_by_emotion": _AFFECT, "decision.risk_max_boost": _AFFECT, "decision.danger_cooloff_s": _AFFECT,
+    "decision.risk_by_emotion": Check(unit=_unit_risk),
+    "decision.risk_max_boost": Check(unit=_unit_risk, value=0.05, why="the default table's largest boost is 0.15"), "decision.danger_cooloff_s": _AFFECT,
     "retrieval.anti_rumination": Check(),
     "curator.calm_arousal": _CURATOR,
     "confidence.low_flag_accesses": Check(value=1, why="few entries of the short run are recalled three times at low confidence"),
@@ -458,8 +473,10 @@ def changed(key: str, value):
         return value + 1
     if isinstance(value, float):
         return round(value * 0.8, 12) if value != 0 else 0.1
-    if isinstance(value, dict):
-        return {k: (round(v * 0.8, 12) if v else 0.1) for k, v in value.items()}
+    if isinstance(value, dict):    # a table of numbers, or of rows of numbers
+        def scaled(v):
+            return tuple(scaled(x) for x in v) if isinstance(v, (list, tuple)) else (round(v * 0.8, 12) if v else 0.1)
+        return {k: scaled(v) for k, v in value.items()}
     raise TypeError(f"{key}: no rule changes a {type(value).__name__}; give CHECKS a value")
 
 
