@@ -289,6 +289,9 @@ def test_import_tape_out_leaves_a_fifo_a_fifo(tmp_path):
         code, out = cli("import-tape", csv, "--time-unit", "s", "--out", fifo)
     _one_line(code, out, str(fifo), "a FIFO")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    code, out = cli("import-tape", csv, "--time-unit", "s", "--out", "/dev/null")
+    _one_line(code, out, "/dev/null", "a character device")
+    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
     code, out = cli("import-tape", csv, "--time-unit", "s", "--out", tmp_path / "ok.parquet")
     assert code == 0 and (tmp_path / "ok.parquet").stat().st_size > 0, out
 
