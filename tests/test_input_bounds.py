@@ -387,3 +387,18 @@ def test_a_value_that_overflows_during_the_run_fails_the_run(tmp_path, monkeypat
     assert "heartbeats.value is inf" in out
     hb = table(tmp_path / "r", "heartbeats")
     assert hb["time_ms"].max() == 3_600_000 - 300_000 and hb["price"].is_finite().all()
+
+
+def test_a_plug_in_strategy_may_carry_its_own_parameter_check(tmp_path):
+    """docs/api.md: `fn.check_params` is called with the scenario's parameters when the plug-in is
+    loaded, before the run starts (validate never runs a plug-in file's code)."""
+    (tmp_path / "mine.py").write_text(
+        "def cautious(view, ceiling=0.5):\n    return view.price * 0 + ceiling\n\n"
+        "def _check(ceiling=0.5):\n    if not 0 <= ceiling <= 1:\n"
+        "        raise ValueError(f'ceiling: {ceiling!r}; expected a share from 0 to 1')\n\n"
+        "cautious.check_params = _check\n")
+    f = tmp_path / "s.yaml"
+    f.write_text(GOOD.replace("count: 2", "count: 2, strategy: mine.py:cautious, strategy_params: {ceiling: 3}"))
+    one_line(*cli("run", f, "--out", tmp_path / "r", "-q"), "golems.0.strategy_params",
+             "ceiling: 3; expected a share from 0 to 1")
+    assert not (tmp_path / "r").exists()
