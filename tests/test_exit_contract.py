@@ -54,6 +54,14 @@ def sleeps(view):
     time.sleep(3)
     return np.zeros(view.n)
 
+class _Slow:
+    def __array__(self, dtype=None, copy=None):
+        time.sleep(3)
+        return np.zeros(2)
+
+def slow_array(view):
+    return _Slow()
+
 def sleeps_and_swallows(view):
     try:
         time.sleep(3)
@@ -351,7 +359,7 @@ def test_the_view_reaches_no_engine_state():
 
 # ------------------------------------------------------------------------------ the per-call time limit
 def test_a_plug_in_past_its_time_limit_fails_the_run(plug, tmp_path):
-    for fn in ("sleeps", "sleeps_and_swallows"):
+    for fn in ("sleeps", "sleeps_and_swallows", "slow_array"):
         t0 = time.perf_counter()
         code, text = cli("run", plug(f"mine.py:{fn}"), "--out", tmp_path / fn, "-q", "--set",
                          "plugins.call_timeout_s=0.3")
