@@ -268,7 +268,12 @@ def _read_csv(path: Path, sep: str) -> tuple[pl.LazyFrame, str | None, int | Non
     if lone_cr:
         lines = None
         # lines ending in a lone \r (old Mac exports, mixed files): normalised in memory
-        text = _decode(path, _read_bytes(path, MAX_CR_CSV_BYTES)).replace("\r\n", "\n").replace("\r", "\n")
+        try:
+            data = _read_bytes(path, MAX_CR_CSV_BYTES)
+        except TapeError as exc:
+            raise TapeError(f"{exc} (a CSV with lines ending in a lone \\r is read whole; expected \\n or \\r\\n "
+                            "line ends for a larger file)") from None
+        text = _decode(path, data).replace("\r\n", "\n").replace("\r", "\n")
     source = io.BytesIO(text.encode("utf-8")) if text is not None else path
     try:
         lf = pl.scan_csv(source, separator=sep, infer_schema=False, has_header=True) if text is None else \

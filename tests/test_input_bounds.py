@@ -402,3 +402,13 @@ def test_a_plug_in_strategy_may_carry_its_own_parameter_check(tmp_path):
     one_line(*cli("run", f, "--out", tmp_path / "r", "-q"), "golems.0.strategy_params",
              "ceiling: 3; expected a share from 0 to 1")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_csv_with_lone_cr_line_ends_has_a_size_cap(tmp_path, monkeypatch):
+    import sim.tapes as tapes
+    f = tmp_path / "mac.csv"
+    f.write_bytes(b"timestamp,open,high,low,close\r2020-01-01,1,2,0.5,1\r2020-01-02,1,2,0.5,1\r")
+    assert tapes.import_tape([f]).height == 2
+    monkeypatch.setattr(tapes, "MAX_CR_CSV_BYTES", 40)
+    with pytest.raises(tapes.TapeError, match=r"mac\.csv: larger than 40 bytes.*lone \\r is read whole"):
+        tapes.import_tape([f])
