@@ -407,8 +407,8 @@ def _read_json(path: Path, data: bytes, records_key: str | None = None) -> pl.Da
 @dataclass
 class _Raw:
     """One file's columns, not yet collected: `header` (no rows) has the names and types, `lf`
-    the rows with `_row` (1-based data row); a CSV also keeps `sep` and its normalised `text`
-    (None when streamed) for the row count."""
+    the rows with `_row` (1-based data row); a CSV also keeps `sep`, its normalised `text` (None
+    when streamed) and its non-blank `lines` counted on the bytes (None: the csv module counts)."""
 
     path: Path
     lf: pl.LazyFrame
