@@ -78,28 +78,25 @@ def call(plugin: Plugin, view: "CohortView", columns: int | None = None) -> np.n
     who = f"{plugin.where}: {plugin.role} {plugin.name!r}"
     view = view.with_params(plugin.params)
     limit = _time_limit_s(view) if plugin.guard is not None else None
-    timed = (lambda: plugin.guard(limit)) if limit else nullcontext
-    late = (f"{who} ran longer than its time limit of {limit:g} s in one call {at} (plugins.call_timeout_s); "
-            "expected a faster plug-in or a larger limit") if limit else ""
     try:
-        with timed():
-            out = plugin.fn(view, **plugin.params)
+        with plugin.guard(limit) if limit else nullcontext():
+            try:
+                out = plugin.fn(view, **plugin.params)
+            except (PluginTimeout, KeyboardInterrupt):
+                raise
+            except BaseException as exc:   # the researcher's code: any failure is reported, never swallowed
+                raise PluginError(f"{who} raised {_one_line(exc)}{_origin(exc, plugin.fn)} {at}") from exc
+            try:   # a result's own __array__ / __len__ / __float__ is the plug-in's code too (and timed)
+                arr = np.asarray(out, dtype=np.float64)
+            except (PluginTimeout, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                raise PluginError(f"{who} returned {_type_name(out)} {at}, which is not an array of numbers "
+                                  f"({_one_line(exc)}); expected {what}: an array of numbers of shape {expected}"
+                                  ) from None
     except PluginTimeout:
-        raise PluginError(late) from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:   # the researcher's code: any failure is reported, never swallowed
-        raise PluginError(f"{who} raised {_one_line(exc)}{_origin(exc, plugin.fn)} {at}") from exc
-    try:
-        with timed():   # a result's own __array__ / __len__ / __float__ is the plug-in's code too
-            arr = np.asarray(out, dtype=np.float64)
-    except PluginTimeout:
-        raise PluginError(late) from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        raise PluginError(f"{who} returned {_type_name(out)} {at}, which is not an array of numbers "
-                          f"({_one_line(exc)}); expected {what}: an array of numbers of shape {expected}") from None
+        raise PluginError(f"{who} ran longer than its time limit of {limit:g} s in one call {at} "
+                          "(plugins.call_timeout_s); expected a faster plug-in or a larger limit") from None
     if arr.shape != expected:
         raise PluginError(f"{who} returned shape {arr.shape} for {n} Golems {at}; expected {what} of shape {expected}")
     bad = ~np.isfinite(arr) if columns is None else ~np.isfinite(arr).all(axis=1)

@@ -105,31 +105,38 @@ def source_sha256(file: Path, with_path: bool = True) -> str:
 
 
 # ------------------------------------------------------------------------------------ time limit
-@contextmanager
-def time_limit(seconds: float):
+class time_limit:
     """Raise PluginTimeout in the block once it has run `seconds` (wall clock): SIGALRM from
-    ITIMER_REAL, armed and disarmed around each plug-in call (two setitimer calls, microseconds).
-    Only the main thread can take a signal: elsewhere (a Dask worker's thread), and while an
-    outer ITIMER_REAL is armed (a test's or a harness's watchdog), the block runs unlimited."""
-    if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
-        yield
-        return
-    fired = []
+    ITIMER_REAL, armed and disarmed around each plug-in call (a handful of microseconds: two
+    setitimer calls, the handler set and restored). Only the main thread can take a signal:
+    elsewhere (a Dask worker's thread), and while an outer ITIMER_REAL is armed (a test's or a
+    harness's watchdog), the block runs unlimited."""
 
-    def alarm(_signum, _frame):
-        fired.append(True)
-        raise PluginTimeout(seconds)
-    old = signal.signal(signal.SIGALRM, alarm)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if fired:   # the plug-in caught the timeout (a bare except) and returned: it still ran too long
-            raise PluginTimeout(seconds)
-    finally:
-        signal.signal(signal.SIGALRM, old)
+    __slots__ = ("seconds", "armed", "previous", "fired")
+
+    def __init__(self, seconds: float):
+        self.seconds, self.armed, self.previous, self.fired = seconds, False, None, False
+
+    def _alarm(self, _signum, _frame):
+        self.fired = True
+        raise PluginTimeout(self.seconds)
+
+    def __enter__(self) -> "time_limit":
+        if threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+            self.previous = signal.signal(signal.SIGALRM, self._alarm)
+            self.armed = True
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, kind, _exc, _tb) -> bool:
+        if not self.armed:
+            return False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.previous)
+        self.armed = False
+        if kind is None and self.fired:   # the plug-in caught the timeout (a bare except): it still ran too long
+            raise PluginTimeout(self.seconds)
+        return False
 
 
 @dataclass

@@ -382,7 +382,7 @@ def test_the_time_limit_costs_microseconds_and_leaves_no_timer():
         with time_limit(10.0):
             pass
     per_call = (time.perf_counter() - t0) / n
-    assert per_call < 100e-6, per_call             # measured ~5 us: getitimer, two setitimer, two signal()
+    assert per_call < 200e-6, per_call             # measured 20-35 us: getitimer, two setitimer, two signal()
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is before
 
 
