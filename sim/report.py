@@ -540,7 +540,7 @@ def build_html(run: str | Path, compare: str | Path | None = None, threshold: fl
     if len(runs) == 2:
         share_y(*figures)
     per = [{k: f.render(v) for k, v in s.items()} for s, f in zip(per, figures)]
-    return _page(runs, per, threshold, min_ticks)
+    return _page(runs, per, threshold, min_ticks, section_lockin(runs))
 
 
 def _sections(r: Path, threshold: float, min_ticks: int, max_golems: int) -> dict[str, str]:
@@ -565,6 +565,59 @@ def _sections(r: Path, threshold: float, min_ticks: int, max_golems: int) -> dic
             _FIGURES[-1].section = title
         s[title] = build()
     return s
+
+
+#: a fall this deep within 3 h is a crash whose recovery the lock-in panel follows (SPEC §2.9)
+LOCKIN_DEPTH = -0.10
+
+
+def section_lockin(runs: list[Path]) -> str:
+    """The holders' mood against the price through a crash and its recovery (SPEC §2.9), every run on
+    one axis of hours since its crash (on vs off under --compare): the mean mood P of the holders
+    (`analysis.holder_mood`), the asset's close relative to its pre-crash level, the price's full
+    recovery (dotted) and the mood's (solid marker), with the figures of `analysis.mood_recovery` in
+    the caption. None without a fall of 10 % within 3 h."""
+    eps = [A.crash_episode(r).collect().row(0, named=True) for r in runs]
+    if not any(e["depth"] <= LOCKIN_DEPTH for e in eps):
+        return none(f"no crash of {-LOCKIN_DEPTH:.0%} or more within 3 h to follow")
+    fig, (ax, axp) = plt.subplots(2, 1, figsize=(10, 4.6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    notes = []
+    for i, (r, e) in enumerate(zip(runs, eps)):
+        if e["depth"] > LOCKIN_DEPTH:
+            notes.append(f"{html.escape(r.name)}: no crash of {-LOCKIN_DEPTH:.0%} within 3 h")
+            continue
+        col = CLADE_COLOURS[i % len(CLADE_COLOURS)]
+        h = A.holder_mood(r).collect()
+        rec = A.mood_recovery(r).collect().row(0, named=True)
+        x = (h["bucket_ms"].to_numpy() - e["crash_ms"]) / 3.6e6
+        ax.plot(x, h["mood_p"].to_numpy(), color=col, lw=2, label=f"{r.name}: holders' mood P")
+        ax.plot(x, h["p"].to_numpy(), color=col, lw=0.8, alpha=0.5, label=f"{r.name}: holders' emotion P")
+        if rec["pre_mood_p"] is not None:
+            ax.axhline(rec["pre_mood_p"] - 0.1, color=col, lw=0.8, ls="--")
+        axp.plot(x, h["close"].to_numpy() / e["pre_price"], color=col, lw=1)
+        if e["price_recovered_ms"] is not None:
+            for a in (ax, axp):
+                a.axvline((e["price_recovered_ms"] - e["crash_ms"]) / 3.6e6, color=col, lw=0.8, ls=":")
+        if rec["mood_recovered_ms"] is not None:
+            ax.axvline((rec["mood_recovered_ms"] - e["crash_ms"]) / 3.6e6, color=col, lw=1.6)
+        if rec["mood_recovery_s"] is None:
+            notes.append(f"{html.escape(r.name)}: {e['asset']} fell {-e['depth']:.1%} and the price never got back "
+                         "to its pre-crash level")
+        else:
+            share = rec["captured_share"]
+            notes.append(f"{html.escape(r.name)}: {e['asset']} fell {-e['depth']:.1%} and was back "
+                         f"{e['price_recovery_s'] / 3600:.1f} h after the crash began; the holders' mood was back "
+                         f"within 0.1 of its pre-crash {rec['pre_mood_p']:+.2f} "
+                         f"{rec['mood_recovery_s'] / 3600:.1f} h after the price{' (never: capped at the end)' if rec['capped'] else ''}; "
+                         f"they captured {'n/a' if share is None else f'{share:.0%}'} of the recovery's gain")
+    ax.axhline(0, color="#999", lw=0.6)
+    ax.set_ylabel("mood / emotion P")
+    ax.legend(fontsize=7, frameon=False, ncol=2, loc="lower left", bbox_to_anchor=(0, 1.0))
+    axp.set_ylabel("close / pre-crash")
+    axp.set_xlabel("hours since the crash began (dotted: the price's recovery; solid: the mood's; dashed: "
+                   "pre-crash mood - 0.1)")
+    return img(fig, "holders' mood against the price through the crash and its recovery") + \
+        "".join(f'<div class="note">{n}</div>' for n in notes)
 
 
 def _short(v) -> str:
@@ -595,7 +648,7 @@ def what_changed(a: Path, b: Path) -> str:
     return "; ".join(bits) if bits else "no difference in seed, scenario or config (same inputs)"
 
 
-def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_ticks: int) -> str:
+def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_ticks: int, lockin: str = "") -> str:
     cls = "c2" if len(runs) == 2 else "c1"
     title = "golem-sim report: " + " vs ".join(r.name for r in runs)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -607,6 +660,8 @@ def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_tic
     parts += ["<h2>Summary</h2>", summary(runs, threshold, min_ticks),
               f'<div class="note">lock-in: mood congruence &gt; {threshold:g} for ≥ {min_ticks} consecutive ticks; '
               "mood congruence = served minus pool mean emotional factor (0 = no mood bias).</div>"]
+    if lockin:
+        parts += ["<h2>Lock-in: the holders' mood through the crash and its recovery</h2>", lockin]
     for key in per[0]:
         parts.append(f"<h2>{html.escape(key)}</h2><div class='row {cls}'>")
         for r, s in zip(runs, per):

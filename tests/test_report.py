@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import os
 import re
 import shutil
@@ -181,3 +182,24 @@ def test_report_loads_in_headless_browser(report):
     m = re.search(r"loaded (\d+)/(\d+)", res.stdout)
     assert m, (res.stdout[-500:], res.stderr[-2000:])
     assert int(m.group(1)) == int(m.group(2)) == len(n.imgs)
+
+
+def test_the_lock_in_panel_says_what_the_run_measured(crash_run, calm_run, report, tmp_path):
+    """SPEC §2.9 lock-in panel: the holders' mood against the price; its caption's figures are
+    `analysis.mood_recovery`'s on this run, and a compared run without a crash says so."""
+    text = report.read_text()
+    assert "<h2>Lock-in: the holders' mood through the crash and its recovery" in text
+    alt = html.escape("holders' mood against the price through the crash and its recovery")
+    assert f'alt="{alt}"' in text
+    e = A.crash_episode(crash_run).collect().row(0, named=True)
+    r = A.mood_recovery(crash_run).collect().row(0, named=True)
+    assert e["depth"] <= -0.10
+    assert f"ETH fell {-e['depth']:.1%}" in text
+    if r["mood_recovery_s"] is None:
+        assert "the price never got back to its pre-crash level" in text
+    else:
+        assert f"{r['mood_recovery_s'] / 3600:.1f} h after the price" in text
+    both = render_report(crash_run, tmp_path / "cmp.html", compare=calm_run).read_text()
+    assert "calm: no crash of 10% within 3 h" in both
+    alone = render_report(calm_run, tmp_path / "calm.html").read_text()
+    assert "no crash of 10% or more within 3 h to follow" in alone
