@@ -135,16 +135,25 @@ def _nan_null(*cols: str) -> list[pl.Expr]:
 
 
 # ---------------------------------------------------------------------------------- retrieval bias
+def chose(ids: str = "ids") -> pl.Expr:
+    """True for a retrieval that chose: its eligible pool is larger than what it served. When the
+    pool is no larger than top-k, the served entries are the whole pool, so served minus pool is 0
+    by construction: such a retrieval says nothing about bias and no bias metric counts it."""
+    return pl.col("pool_n") > pl.col(ids).list.len()
+
+
 def retrieval_bias(runs: RunLike) -> pl.LazyFrame:
-    """Both per-retrieval biases side by side, one row per retrieval tick with a non-empty pool.
+    """Both per-retrieval biases side by side, one row per retrieval tick that chose (`chose`: the
+    pool is larger than the served top-k).
 
     mood_congruence = served_mean_emotional - pool_mean_emotional; valence_bias = served_mean_valence -
-    pool_mean_valence. Ticks without a pool (no memories yet) are dropped rather than counted as 0,
-    because 'no retrieval' is not 'no bias'.
+    pool_mean_valence. Ticks without a choice (no memories yet, or no more than top-k of them) are
+    dropped rather than counted as 0: with nothing to choose from, recall cannot be biased, and
+    counting those zeros would make a filling Grimoire look like a rising bias.
     """
     r = scan_runs(runs, "retrievals").with_columns(
         *_nan_null("served_mean_emotional", "pool_mean_emotional", "served_mean_valence", "pool_mean_valence"))
-    return (r.filter((pl.col("pool_n") > 0) & pl.col("served_mean_emotional").is_not_null()
+    return (r.filter(chose() & pl.col("served_mean_emotional").is_not_null()
                      & pl.col("pool_mean_emotional").is_not_null())
             .select("run", "golem_id", "clade_id", "tick", "time_ms", "query_p", "query_a", "query_d", "pool_n",
                     pl.col("ids").list.len().alias("k"),
@@ -155,16 +164,24 @@ def retrieval_bias(runs: RunLike) -> pl.LazyFrame:
             .sort("run", "golem_id", "tick"))
 
 
+def choice_share(runs: RunLike) -> pl.LazyFrame:
+    """Per run: retrievals recorded, how many chose (`chose`) and their share: the part of recall the
+    bias metrics can see. A low share early in a run means the Grimoire is still smaller than top-k."""
+    return (scan_runs(runs, "retrievals").group_by("run")
+            .agg(pl.len().alias("retrievals_all"), chose().sum().alias("retrievals_chose"))
+            .with_columns((pl.col("retrievals_chose") / pl.col("retrievals_all")).alias("chose_share")).sort("run"))
+
+
 def mood_congruence(runs: RunLike) -> pl.LazyFrame:
-    """Mood-congruence index per retrieval tick (SPEC §14): mean emotional factor of the served top-k
-    minus that of the whole eligible pool. 0 = mood does not bias recall; > 0 = recall favours
-    memories whose tag resembles the current mood."""
+    """Mood-congruence index per retrieval tick that chose (SPEC §14): mean emotional factor of the
+    served top-k minus that of the whole eligible pool. 0 = mood does not bias recall; > 0 = recall
+    favours memories whose tag resembles the current mood."""
     return retrieval_bias(runs).select("run", "golem_id", "clade_id", "tick", "time_ms", "mood_congruence")
 
 
 def retrieval_valence_bias(runs: RunLike) -> pl.LazyFrame:
-    """Retrieval valence bias per tick: mean P of the served entries minus mean P of the pool
-    (untagged count as 0 in both). < 0 = recall darker than the Grimoire it draws from."""
+    """Retrieval valence bias per retrieval tick that chose: mean P of the served entries minus mean P
+    of the pool (untagged count as 0 in both). < 0 = recall darker than the Grimoire it draws from."""
     return retrieval_bias(runs).select("run", "golem_id", "clade_id", "tick", "time_ms", "valence_bias")
 
 
@@ -208,7 +225,8 @@ def lock_in_episodes(runs: RunLike, metric: str = "mood_congruence", threshold: 
 
 
 def bias_summary(runs: RunLike, threshold: float = 0.4, min_ticks: int = 12) -> pl.LazyFrame:
-    """One row per run: mean biases, and how much of the run Golems spent locked in."""
+    """One row per run: mean biases over the retrievals that chose (`retrievals`), how much of the
+    run Golems spent locked in, and `choice_share`'s columns (what share of recall the means see)."""
     rb = retrieval_bias(runs).group_by("run").agg(
         pl.len().alias("retrievals"), pl.col("golem_id").n_unique().alias("golems"),
         pl.col("mood_congruence").mean().alias("mean_mood_congruence"),
@@ -216,7 +234,7 @@ def bias_summary(runs: RunLike, threshold: float = 0.4, min_ticks: int = 12) -> 
     ep = lock_in_episodes(runs, threshold=threshold, min_ticks=min_ticks).group_by("run").agg(
         pl.len().alias("lock_in_episodes"), pl.col("length").sum().alias("lock_in_ticks"),
         pl.col("length").max().alias("longest_lock_in"))
-    return (rb.join(ep, on="run", how="left")
+    return (rb.join(ep, on="run", how="left").join(choice_share(runs), on="run", how="left")
             .with_columns(pl.col("lock_in_episodes", "lock_in_ticks", "longest_lock_in").fill_null(0))
             .with_columns((pl.col("lock_in_ticks") / pl.col("retrievals")).alias("lock_in_share")).sort("run"))
 
@@ -782,7 +800,8 @@ def paired_difference(a, b, *, level: float = 0.95) -> dict:
     return out
 
 
-__all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manifest", "clade_names", "retrieval_bias", "mood_congruence",
+__all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manifest", "clade_names", "chose", "choice_share",
+           "retrieval_bias", "mood_congruence",
            "retrieval_valence_bias", "bias_over_time", "lock_in_episodes", "bias_summary", "grimoire_valence_skew",
            "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades", "golem_assets",
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",

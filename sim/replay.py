@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from golem.config import build_config, config_model, default_table
 from sim import config_layers, rundir
+from sim.analysis import chose
 from sim.errors import clip, escape, key
 from sim.plugins import resolve as resolve_plugins
 from sim.plugins import source_changes
@@ -304,7 +305,8 @@ def _clade_names(scen: dict) -> list[str]:
 def clade_summary(run_dir: str | Path) -> pl.DataFrame:
     """Per Clade: final P&L (last heartbeat value minus capital; a Golem that never ticked keeps its
     capital), deaths and flashbulbs (events), mean P/A/D over all heartbeats, and the retrieval
-    valence bias = mean over retrievals of served_mean_valence - pool_mean_valence (SPEC §14)."""
+    valence bias = mean of served_mean_valence - pool_mean_valence over the retrievals that chose
+    (SPEC §14, `sim.analysis.chose`)."""
     run_dir = Path(run_dir)
     m = read_manifest(run_dir)
     scen = scenario_from_manifest(m, run_dir).model_dump(mode="json")   # a damaged scenario is named
@@ -331,8 +333,8 @@ def clade_summary(run_dir: str | Path) -> pl.DataFrame:
                                       pl.col("d").mean().alias("mean_d"))
     counts = ev.group_by("clade_id").agg((pl.col("kind") == "death").sum().cast(pl.Int64).alias("deaths"),
                                          (pl.col("kind") == "flashbulb").sum().cast(pl.Int64).alias("flashbulbs"))
-    bias = rt.with_columns((pl.col("served_mean_valence") - pl.col("pool_mean_valence")).fill_nan(None).alias("_b")) \
-        .group_by("clade_id").agg(pl.col("_b").mean().alias("retrieval_valence_bias"))
+    bias = rt.filter(chose()).with_columns(
+        (pl.col("served_mean_valence") - pl.col("pool_mean_valence")).fill_nan(None).alias("_b")).group_by("clade_id").agg(pl.col("_b").mean().alias("retrieval_valence_bias"))
     out = money
     for f in (counts, pad, bias):
         out = out.join(f.with_columns(pl.col("clade_id").cast(pl.Int32)), on="clade_id", how="left")

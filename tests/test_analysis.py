@@ -295,3 +295,25 @@ def test_real_tape_market_on_the_simulated_clock(run):
     assert A.golem_assets(run).collect()["asset"].to_list() == ["BTC"]
     sp = A.regime_spans(run).collect()
     assert sp.select("regime", "start_ms", "end_ms").rows() == [("calm", 0, 2 * bar), ("crash", 2 * bar, 2 * bar)]
+
+
+def test_a_retrieval_without_a_choice_counts_nowhere(run):
+    """A pool no larger than top-k is served whole: its served-minus-pool is 0 by construction and
+    must weigh on no bias metric (congruence, valence bias, lock-in, the summary's means)."""
+    # golem 0: ticks 0-1 serve their whole pool (pool_n 2 <= k 2 and 3 <= 3: biases exactly 0);
+    # ticks 2-3 choose 2 of 5 with biases 0.6 and 0.4 -> the mean is 0.5, not (0+0+0.6+0.4)/4
+    write(run, "retrievals", golem_id=[0, 0, 0, 0], tick=[0, 1, 2, 3], time_ms=[0, 300_000, 600_000, 900_000],
+          pool_n=[2, 3, 5, 5], ids=[[1, 2], [1, 2, 3], [1, 2], [3, 4]],
+          pool_mean_emotional=[0.3, 0.2, 0.1, 0.1], served_mean_emotional=[0.3, 0.2, 0.7, 0.5],
+          pool_mean_valence=[-0.4, 0.1, 0.0, 0.0], served_mean_valence=[-0.4, 0.1, -0.6, -0.5])
+    mc = A.mood_congruence(run).collect()
+    assert mc["tick"].to_list() == [2, 3]
+    assert mc["mood_congruence"].to_list() == pytest.approx([0.6, 0.4])
+    assert A.retrieval_valence_bias(run).collect()["valence_bias"].to_list() == pytest.approx([-0.6, -0.5])
+    s = A.bias_summary(run, threshold=0.3, min_ticks=2).collect().row(0, named=True)
+    assert s["mean_mood_congruence"] == pytest.approx(0.5) and s["mean_valence_bias"] == pytest.approx(-0.55)
+    assert (s["retrievals"], s["retrievals_all"], s["retrievals_chose"]) == (2, 4, 2)
+    assert s["chose_share"] == pytest.approx(0.5)
+    # the two choosing ticks alone make the episode: the whole-pool ticks neither extend nor break it
+    assert s["lock_in_episodes"] == 1 and s["lock_in_ticks"] == 2 and s["lock_in_share"] == pytest.approx(1.0)
+    assert A.bias_over_time(run, "1h").collect()["n"].to_list() == [2]

@@ -151,7 +151,7 @@ def test_analysis_agrees_with_a_real_run(crash_run):
     """Cross-checks on engine output: the metrics read what the engine recorded."""
     r = pl.read_parquet(crash_run / "retrievals" / "*.parquet")
     mc = A.mood_congruence(crash_run).collect()
-    want = r.filter(pl.col("pool_n") > 0).with_columns(
+    want = r.filter(pl.col("pool_n") > pl.col("ids").list.len()).with_columns(
         (pl.col("served_mean_emotional") - pl.col("pool_mean_emotional")).fill_nan(None).alias("m")).drop_nulls("m")
     assert mc.height == want.height
     assert mc["mood_congruence"].is_between(-1, 1).all()
