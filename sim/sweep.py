@@ -872,33 +872,68 @@ def ok_runs(sweep_dir: str | Path, **where) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------ display
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+#: the figures the sweep's table compares: (summary column, heading, display scale, format)
+COMPARED = (("pnl_pct", "P&L %", 100, "+.2f"), ("mean_valence_bias", "valence bias", 1, "+.4f"),
+            ("mean_mood_congruence", "mood congr.", 1, "+.4f"), ("lock_in_share", "lock-in share", 1, ".4f"))
 
 
-def summary_table(result: SweepResult):
-    """Per scenario x parameter combination: runs, failed, mean P&L, valence bias, mood congruence."""
+def compare_settings(rows: list[dict], level: float = 0.95) -> list[dict]:
+    """Per scenario x parameter combination, in plan order: runs, failed, and for each COMPARED
+    figure over the successful runs its mean with a `level` t interval over seeds (`mean`) and the
+    paired difference against the scenario's first combination, the baseline, over the seeds both
+    ran (`vs_base`; None for the baseline itself). Both are `sim.analysis.paired_difference` dicts
+    (a mean's interval is the paired difference against 0)."""
+    from sim.analysis import paired_difference
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["scenario"], r["combo"]), []).append(r)
+    base: dict[str, dict] = {}
+    out = []
+    for (scen, combo), rs in groups.items():
+        ok = {r["seed"]: r for r in rs if r["status"] == "ok"}
+        first = base.setdefault(scen, ok)
+        row = {"scenario": scen, "combo": combo, "overrides": rs[0]["overrides"], "runs": len(rs),
+               "failed": sum(r["status"] == "failed" for r in rs), "baseline": first is ok, "metrics": {}}
+        for col, *_ in COMPARED:
+            a = {s: r[col] for s, r in ok.items()}
+            row["metrics"][col] = {"mean": paired_difference(a, dict.fromkeys(a, 0.0), level=level),
+                                   "vs_base": None if first is ok else paired_difference(
+                                       a, {s: r[col] for s, r in first.items()}, level=level)}
+        out.append(row)
+    return out
+
+
+def _interval(d: dict | None, scale: float, fmt: str) -> str:
+    if d is None or d["n"] == 0:
+        return "-"
+    text = format(scale * d["mean"], fmt)
+    if d["low"] is None:
+        return f"{text} (n={d['n']})"
+    return f"{text} [{format(scale * d['low'], fmt)}, {format(scale * d['high'], fmt)}]"
+
+
+def summary_table(result: SweepResult, level: float = 0.95):
+    """Per scenario x parameter combination: runs, failed, and per compared figure the mean over
+    seeds with its interval, then (Δ) the paired difference against the scenario's baseline
+    combination (its first) with its interval: `compare_settings`."""
     from rich.table import Table
 
     from sim.notices import shown
-    t = Table(title=f"sweep {shown(result.out)}")
+    t = Table(title=f"sweep {shown(result.out)}",
+              caption=f"mean [{level:.0%} t interval over seeds]; Δ = this setting - the baseline (the scenario's "
+                      "first), paired by seed, with its interval")
     t.add_column("scenario", no_wrap=True)
     t.add_column("parameters", overflow="fold", min_width=12)
-    for col in ("runs", "failed", "mean P&L", "P&L %", "valence bias", "mood congr."):
+    for col in ("runs", "failed", *(c[1] for c in COMPARED)):
         t.add_column(col, justify="right")
-    groups: dict[tuple, list[dict]] = {}
-    for r in result.rows:
-        groups.setdefault((r["scenario"], r["combo"]), []).append(r)
-
-    def f(x, fmt, scale=1):
-        return "-" if x is None else format(scale * x, fmt)
-    for (scen, combo), rs in groups.items():
-        ok = [r for r in rs if r["status"] == "ok"]
-        t.add_row(shown(scen), "\n".join(shown(o) for o in rs[0]["overrides"]) or "(defaults)", str(len(rs)),
-                  str(sum(r["status"] == "failed" for r in rs)), f(_mean([r["pnl"] for r in ok]), "+,.0f"),
-                  f(_mean([r["pnl_pct"] for r in ok]), "+.2f", 100), f(_mean([r["mean_valence_bias"] for r in ok]), "+.4f"),
-                  f(_mean([r["mean_mood_congruence"] for r in ok]), "+.4f"))
+    for row in compare_settings(result.rows, level):
+        cells = []
+        for col, _, scale, fmt in COMPARED:
+            m = row["metrics"][col]
+            second = "baseline" if row["baseline"] else "Δ " + _interval(m["vs_base"], scale, fmt)
+            cells.append(_interval(m["mean"], scale, fmt) + "\n" + second)
+        t.add_row(shown(row["scenario"]), "\n".join(shown(o) for o in row["overrides"]) or "(defaults)",
+                  str(row["runs"]), str(row["failed"]), *cells)
     return t
 
 
@@ -931,6 +966,6 @@ class RichProgress:
 
 
 __all__ = ["SweepSpec", "load_sweep", "plan_sweep", "run_sweep", "read_summary", "ok_runs", "write_summary",
-           "summary_frame", "summary_table", "run_task", "run_figures", "LocalPool", "DaskExecutor", "make_executor",
+           "summary_frame", "summary_table", "compare_settings", "run_task", "run_figures", "LocalPool", "DaskExecutor", "make_executor",
            "SweepResult", "SweepInterrupted", "RichProgress", "parse_seeds", "DASK_MISSING", "WORKER_ENV",
            "address_warning"]

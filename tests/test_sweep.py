@@ -136,6 +136,38 @@ def test_cli_sweep_reports_and_exits_1_on_failures(pool_sweep, files):
     assert r.exit_code == 1, r.output
     assert "16 runs: 4 ok (4 reused), 12 failed" in r.output
     assert "mood congr." in r.output and "calm" in r.output
+    # the second setting of calm ran seeds 1 and 2 beside the baseline: a mean and a Δ with intervals
+    assert "baseline" in r.output and "Δ " in r.output and "95% t interval" in r.output
+
+
+def _row(combo, seed, pnl_pct, status="ok", scenario="s"):
+    return {"scenario": scenario, "combo": combo, "overrides": [combo], "seed": seed, "status": status,
+            "pnl_pct": pnl_pct, "mean_valence_bias": None, "mean_mood_congruence": 0.0, "lock_in_share": 0.0}
+
+
+def test_summary_compares_each_setting_with_the_baseline_paired_by_seed():
+    """Hand-computed: baseline pnl 0.1, 0.2, 0.3 (seeds 1-3); the other setting 0.2, 0.4, 0.3 and a
+    failed seed 4. Its mean 0.3 has half-width t(0.975, 2) * 0.1 / sqrt(3); the differences 0.1,
+    0.2, 0.0 (seed 4 unpaired) have mean 0.1, sd 0.1, the same half-width."""
+    rows = [_row("base", 1, 0.1), _row("base", 2, 0.2), _row("base", 3, 0.3),
+            _row("x=1", 3, 0.3), _row("x=1", 1, 0.2), _row("x=1", 2, 0.4), _row("x=1", 4, None, "failed")]
+    out = sw.compare_settings(rows)
+    assert [(r["combo"], r["runs"], r["failed"], r["baseline"]) for r in out] == \
+        [("base", 3, 0, True), ("x=1", 4, 1, False)]
+    half = 4.302652729911275 * 0.1 / 3 ** 0.5
+    base, x = out[0]["metrics"]["pnl_pct"], out[1]["metrics"]["pnl_pct"]
+    assert base["vs_base"] is None and base["mean"]["mean"] == pytest.approx(0.2)
+    assert (base["mean"]["low"], base["mean"]["high"]) == pytest.approx((0.2 - half, 0.2 + half))
+    d = x["vs_base"]
+    assert d["n"] == 3 and d["mean"] == pytest.approx(0.1) and d["sd"] == pytest.approx(0.1)
+    assert (d["low"], d["high"]) == pytest.approx((0.1 - half, 0.1 + half)) and d["sign"] == "0"
+    assert out[1]["metrics"]["mean_valence_bias"]["mean"]["n"] == 0     # no figure: no interval, no crash
+    from rich.console import Console
+    con = Console(width=200, record=True)
+    con.print(sw.summary_table(sw.SweepResult(Path("d"), rows, ["x"], 7)))
+    text = con.export_text()
+    assert f"+30.00 [{100 * (0.3 - half):+.2f}, {100 * (0.3 + half):+.2f}]" in text
+    assert f"Δ +10.00 [{100 * (0.1 - half):+.2f}, {100 * (0.1 + half):+.2f}]" in text
 
 
 BAD_SWEEPS = [
