@@ -46,7 +46,10 @@ def _nested_runs(p: Path) -> list[Path]:
 
 def run_dirs(runs: RunLike) -> list[Path]:
     """Resolve `runs` to run directories: a run, a folder of runs (at any depth, e.g. a sweep
-    directory), or a list of either."""
+    directory), or a list of either. Each is checked as data first (`rundir.check_entries`): a link
+    or FIFO planted under a name the run uses is refused, never followed or waited on. The parts'
+    checksums are the commands' to check (`golem-sim report`, `diff`, `replay --verify`)."""
+    from sim.rundir import check_entries
     items = [runs] if isinstance(runs, (str, Path)) else list(runs)
     out: list[Path] = []
     for item in items:
@@ -60,6 +63,8 @@ def run_dirs(runs: RunLike) -> list[Path]:
             out.extend(subs)
         else:
             raise FileNotFoundError(f"{p}: no such run directory")
+    for d in out:
+        check_entries(d)
     return out
 
 
@@ -74,7 +79,10 @@ def run_names(runs: RunLike) -> list[str]:
 
 
 def scan_table(run: str | Path, table: str) -> pl.LazyFrame:
-    """One table of one run, lazily; an absent or empty table is an empty frame of the right schema."""
+    """One table of one run, lazily; an absent or empty table is an empty frame of the right schema. The run
+    is checked as data first (`rundir.check_entries`, as `run_dirs` does)."""
+    from sim.rundir import check_entries
+    check_entries(run)
     folder = Path(run) / table
     if not any(folder.glob("part-*.parquet")):
         return pl.from_arrow(SCHEMAS[table].empty_table()).lazy()
@@ -89,8 +97,11 @@ def scan_runs(runs: RunLike, table: str) -> pl.LazyFrame:
 
 
 def manifest(run: str | Path) -> dict:
+    """The run's manifest as recorded ({} when it has none yet), read as data (`rundir.read_bytes`: no link
+    followed, no FIFO waited on)."""
+    from sim.rundir import read_bytes
     p = Path(run) / "manifest.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return json.loads(read_bytes(p, "the run's JSON manifest")) if p.exists() or p.is_symlink() else {}
 
 
 def clade_names(run: str | Path) -> dict[int, str]:

@@ -456,3 +456,21 @@ def test_one_damaged_field_of_the_newest_checkpoint_falls_back(runs, tmp_path, f
     m = json.loads((run / "manifest.json").read_text())
     assert m["checkpoint"] == older.name and m["checkpoint_rejected"][0].startswith(newest.name), m
     assert content_hashes(run) == hashes
+
+
+@pytest.mark.parametrize("rel, kind", [("manifest.json", "FIFO"), ("heartbeats/part-00002.parquet", "symbolic link")])
+def test_the_analysis_layer_reads_a_run_as_data(runs, tmp_path, rel, kind):
+    """A notebook's reader (sim.analysis) names a planted FIFO or link instead of waiting on or following it."""
+    from sim import analysis as A
+    run = _copy(runs, "complete", tmp_path)
+    outside = _outside(tmp_path)
+    (run / rel).unlink()
+    if kind == "FIFO":
+        os.mkfifo(run / rel)
+    else:
+        (run / rel).symlink_to(outside)
+    readers = [lambda: A.scan_table(run, "heartbeats").collect(), lambda: A.mood_congruence(run).collect()]
+    for read in readers + ([lambda: A.manifest(run)] if rel == "manifest.json" else []):
+        with deadline(), pytest.raises(InputError, match=kind):
+            read()
+    assert outside.read_bytes() == SECRET
