@@ -485,10 +485,48 @@ def salience_lift_summary(runs: RunLike) -> pl.LazyFrame:
 
 
 # ---------------------------------------------------------------------------------- lives
+def golem_pnl(runs: RunLike) -> pl.LazyFrame:
+    """P&L, the one definition every command uses (run summary, diff, report, sweep): per Golem, its
+    value at its last heartbeat (after that tick's fees) against its initial book, the `capital` the
+    scenario gave it; a Golem that never ticked keeps its capital. Golem ids follow the scenario's
+    groups in order, as the world numbers them. Columns: run, golem_id, clade_id, capital,
+    final_value, pnl = final_value - capital, pnl_pct = final_value / capital - 1."""
+    dirs = run_dirs(runs)
+    frames = []
+    for d, name in zip(dirs, _names(dirs)):
+        sc = manifest(d).get("scenario") or {}
+        clades = {v: k for k, v in clade_names(d).items()}
+        caps = [(g.get("capital", 10_000.0), clades.get(g.get("clade", "clade-0"), 0))
+                for g in sc.get("golems", []) for _ in range(int(g.get("count", 1)))]
+        golems = pl.LazyFrame({"golem_id": list(range(len(caps))), "clade_id": [c for _, c in caps],
+                               "capital": [float(v) for v, _ in caps]},
+                              schema={"golem_id": pl.Int64, "clade_id": pl.Int64, "capital": pl.Float64})
+        last = (scan_table(d, "heartbeats").group_by("golem_id")
+                .agg(pl.col("value").sort_by("time_ms").last().alias("final_value"))
+                .with_columns(pl.col("golem_id").cast(pl.Int64)))
+        frames.append(golems.join(last, on="golem_id", how="left")
+                      .with_columns(pl.col("final_value").fill_null(pl.col("capital")))
+                      .select(pl.lit(name).alias("run"), pl.all()))
+    return (pl.concat(frames, how="vertical")
+            .with_columns((pl.col("final_value") - pl.col("capital")).alias("pnl"),
+                          (pl.col("final_value") / pl.col("capital") - 1).alias("pnl_pct")))
+
+
+def run_pnl(runs: RunLike, by: Sequence[str] = ()) -> pl.LazyFrame:
+    """`golem_pnl` summed per run (and per `by`, e.g. ["clade_id"]): capital, final_value, pnl and
+    pnl_pct = Σ final_value / Σ capital - 1."""
+    return (golem_pnl(runs).group_by("run", *by)
+            .agg(pl.len().alias("golems"), pl.col("capital").sum(), pl.col("final_value").sum())
+            .with_columns((pl.col("final_value") - pl.col("capital")).alias("pnl"),
+                          (pl.col("final_value") / pl.col("capital") - 1).alias("pnl_pct"))
+            .sort("run", *by))
+
+
 def life_summaries(runs: RunLike) -> pl.LazyFrame:
     """One row per Golem: lifetime, how it ended, what it earned and felt.
 
-    ticks = heartbeats recorded; value0 = value at its first heartbeat; pnl = final value - value0;
+    ticks = heartbeats recorded; value0 = value at its first heartbeat; capital = its initial book;
+    pnl = final value - capital (`golem_pnl`, the one P&L definition);
     cause = payload.cause of its 'death' event (null while alive); flashbulbs = 'flashbulb' events;
     emotions = the distinct Plutchik emotions it visited (sorted), dominant_emotion the most frequent.
     """
@@ -508,10 +546,14 @@ def life_summaries(runs: RunLike) -> pl.LazyFrame:
                      pl.col("payload").str.json_decode(DEATH_PAYLOAD).struct.field("cause").alias("cause"))
              .unique(subset=list(KEY), keep="first"))
     fb = ev.filter(pl.col("kind") == "flashbulb").group_by(*KEY).agg(pl.len().alias("flashbulbs"))
-    return (life.join(death, on=list(KEY), how="left").join(fb, on=list(KEY), how="left")
+    cap = golem_pnl(runs).select("run", pl.col("golem_id").cast(pl.Int32), "capital")
+    return (life.with_columns(pl.col("golem_id").cast(pl.Int32))
+            .join(death.with_columns(pl.col("golem_id").cast(pl.Int32)), on=list(KEY), how="left")
+            .join(fb.with_columns(pl.col("golem_id").cast(pl.Int32)), on=list(KEY), how="left")
+            .join(cap, on=list(KEY), how="left")
             .with_columns(pl.col("flashbulbs").fill_null(0).cast(pl.UInt32),
-                          (pl.col("final_value") - pl.col("value0")).alias("pnl"),
-                          (pl.col("final_value") / pl.col("value0") - 1).alias("pnl_pct"),
+                          (pl.col("final_value") - pl.col("capital")).alias("pnl"),
+                          (pl.col("final_value") / pl.col("capital") - 1).alias("pnl_pct"),
                           pl.col("died_ms").is_null().alias("alive"),
                           pl.col("emotions").list.len().alias("n_emotions"))
             .sort(*KEY))
@@ -814,7 +856,7 @@ def paired_difference(a, b, *, level: float = 0.95) -> dict:
 __all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manifest", "clade_names", "chose", "choice_share",
            "retrieval_bias", "mood_congruence",
            "retrieval_valence_bias", "bias_over_time", "lock_in_episodes", "bias_summary", "grimoire_valence_skew",
-           "access_counts", "grimoire_map", "contrarian_effect", "contrarian_summary", "golem_clades", "golem_assets",
+           "access_counts", "grimoire_map", "golem_pnl", "run_pnl", "contrarian_effect", "contrarian_summary", "golem_clades", "golem_assets",
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",
            "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "holders", "situation_emotions",
            "pinned_share", "regime_spans", "event_counts", "crash_episode", "holder_mood",

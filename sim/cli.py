@@ -221,22 +221,33 @@ def _progress_cb(progress: Progress, task, duration_s: float):
     return cb
 
 
-def summary_table(manifest: dict, world) -> Table:
+def summary_table(manifest: dict, world, run_dir: Path | None = None) -> Table:
+    """Per Clade at the run's end. Value and P&L % are `sim.analysis.run_pnl`'s, read from the
+    recorded tables (value at each Golem's last heartbeat against its capital), the figures diff and
+    the report give; a run that recorded nothing shows its book at the last price instead."""
     pop = world.pop
+    money = None
+    if run_dir is not None and any((Path(run_dir) / "heartbeats").glob("part-*.parquet")):
+        from sim.analysis import run_pnl
+        money = {r["clade_id"]: r for r in run_pnl(run_dir, by=["clade_id"]).collect().iter_rows(named=True)}
     t = Table(title=f"{shown(manifest['scenario']['name'])} (seed {manifest['seed']})", show_lines=False,
-              caption="final P/A/D: the Clade's mean emotion at the run's end (diff shows means over the run)")
+              caption="final P/A/D: the Clade's mean emotion at the run's end (diff shows means over the run); "
+                      "P&L: value at the last tick, after its fees, against the initial book")
     for col in ("clade", "golems", "alive", "final P", "final A", "final D", "value", "P&L %"):
         t.add_column(col, justify="right")
-    price = world.tape.close[-1 if world.tape.bar_ms == 0 else max(0, world.market_step)]
     for ci, name in enumerate(pop.clade_names):
         m = pop.clade == ci
         if not m.any():
             continue
-        val = pop.cash[m] + pop.units[m] * price[pop.asset[m].astype(int)]
-        v0 = pop.value0[m]
+        if money is not None and ci in money:
+            val, v0 = money[ci]["final_value"], money[ci]["capital"]
+        else:
+            price = world.tape.close[-1 if world.tape.bar_ms == 0 else max(0, world.market_step)]
+            val = float((pop.cash[m] + pop.units[m] * price[pop.asset[m].astype(int)]).sum())
+            v0 = float(pop.value0[m].sum())
         t.add_row(shown(name), str(int(m.sum())), str(int(pop.alive[m].sum())), f"{pop.pad[m, 0].mean():+.2f}",
-                  f"{pop.pad[m, 1].mean():+.2f}", f"{pop.pad[m, 2].mean():+.2f}", f"{val.sum():,.0f}",
-                  f"{100 * (val.sum() / v0.sum() - 1):+.1f}")
+                  f"{pop.pad[m, 1].mean():+.2f}", f"{pop.pad[m, 2].mean():+.2f}", f"{val:,.0f}",
+                  f"{100 * (val / v0 - 1):+.2f}")
     return t
 
 
@@ -291,7 +302,7 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         fail("interrupted; the tables written so far are readable and the manifest says where the run stopped", 130)
     m = res.manifest
     if not quiet:
-        out.print(summary_table(m, res.world))
+        out.print(summary_table(m, res.world, res.run_dir))
         rate = m["golem_ticks"] / max(res.wall_s, 1e-9)
         out.print(f"{m['golem_ticks']:,} Golem-ticks in {res.wall_s:.2f} s ({rate:,.0f} Golem-ticks/s on average, "
                   f"start-up included); events {res.world.stats.events:,}; deaths {int((~res.world.pop.alive).sum())}")
@@ -427,7 +438,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
             fail("verification interrupted; nothing was written to the run", 128 + exc.signum)
         _interrupted(target, exc.signum)
     if not quiet:
-        out.print(summary_table(res.manifest, res.world))
+        out.print(summary_table(res.manifest, res.world, res.run_dir))
     out.print(f"counterfactual of {shown(run_dir)} ({shown(', '.join(set_))}): {shown(res.run_dir)}", highlight=False,
               soft_wrap=True)
 
@@ -454,7 +465,7 @@ def resume(run_dir: Path = typer.Argument(..., help="an interrupted or killed ru
     for note in res.manifest.get("ignored_parts") or []:
         err.print(f"[yellow]warning:[/] {markup_escape(one_line(note))}", highlight=False, soft_wrap=True)
     if not quiet:
-        out.print(summary_table(res.manifest, res.world))
+        out.print(summary_table(res.manifest, res.world, res.run_dir))
     out.print(f"resumed from t={res.manifest['resumed_from_s'] / 3600:.1f} h; complete: {shown(res.run_dir)}",
               highlight=False, soft_wrap=True)
 

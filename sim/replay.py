@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from golem.config import build_config, config_model, default_table
 from sim import config_layers, rundir
-from sim.analysis import chose
+from sim.analysis import chose, run_pnl
 from sim.errors import clip, escape, key
 from sim.plugins import resolve as resolve_plugins
 from sim.plugins import source_changes
@@ -303,38 +303,30 @@ def _clade_names(scen: dict) -> list[str]:
 
 
 def clade_summary(run_dir: str | Path) -> pl.DataFrame:
-    """Per Clade: final P&L (last heartbeat value minus capital; a Golem that never ticked keeps its
-    capital), deaths and flashbulbs (events), mean P/A/D over all heartbeats, and the retrieval
-    valence bias = mean of served_mean_valence - pool_mean_valence over the retrievals that chose
-    (SPEC §14, `sim.analysis.chose`)."""
+    """Per Clade: final P&L (`sim.analysis.run_pnl`: last heartbeat value, after that tick's fees,
+    minus capital; a Golem that never ticked keeps its capital), deaths and flashbulbs (events),
+    mean P/A/D over all heartbeats, and the retrieval valence bias = mean of served_mean_valence -
+    pool_mean_valence over the retrievals that chose (SPEC §14, `sim.analysis.chose`)."""
     run_dir = Path(run_dir)
     m = read_manifest(run_dir)
     scen = scenario_from_manifest(m, run_dir).model_dump(mode="json")   # a damaged scenario is named
     names = _clade_names(scen)
-    gid, rows = 0, []
-    for g in scen["golems"]:
-        for _ in range(g["count"]):
-            rows.append((gid, names.index(g["clade"]), float(g["capital"])))
-            gid += 1
-    golems = pl.DataFrame(rows, schema={"golem_id": pl.Int32, "clade_id": pl.Int32, "capital": pl.Float64}, orient="row")
+    money = run_pnl(run_dir, by=["clade_id"]).collect().select(
+        pl.col("clade_id").cast(pl.Int32), pl.col("golems").cast(pl.Int64), pl.col("pnl").alias("final_pnl"),
+        (100 * pl.col("pnl_pct")).alias("final_pnl_pct"))
 
     def scan(t: str) -> pl.DataFrame:
         files = table_files(run_dir, t)
         return pl.read_parquet(files) if files else pl.from_arrow(SCHEMAS[t].empty_table())
 
     hb, ev, rt = scan("heartbeats"), scan("events"), scan("retrievals")
-    last = hb.sort("time_ms", "golem_id").group_by("golem_id").agg(pl.col("value").last().alias("final_value"))
-    per_golem = golems.join(last, on="golem_id", how="left").with_columns(
-        pl.col("final_value").fill_null(pl.col("capital")))
-    money = per_golem.group_by("clade_id").agg(
-        pl.len().cast(pl.Int64).alias("golems"), (pl.col("final_value").sum() - pl.col("capital").sum()).alias("final_pnl"),
-        (100 * (pl.col("final_value").sum() / pl.col("capital").sum() - 1)).alias("final_pnl_pct"))
     pad = hb.group_by("clade_id").agg(pl.col("p").mean().alias("mean_p"), pl.col("a").mean().alias("mean_a"),
                                       pl.col("d").mean().alias("mean_d"))
     counts = ev.group_by("clade_id").agg((pl.col("kind") == "death").sum().cast(pl.Int64).alias("deaths"),
                                          (pl.col("kind") == "flashbulb").sum().cast(pl.Int64).alias("flashbulbs"))
     bias = rt.filter(chose()).with_columns(
-        (pl.col("served_mean_valence") - pl.col("pool_mean_valence")).fill_nan(None).alias("_b")).group_by("clade_id").agg(pl.col("_b").mean().alias("retrieval_valence_bias"))
+        (pl.col("served_mean_valence") - pl.col("pool_mean_valence")).fill_nan(None).alias("_b")) \
+        .group_by("clade_id").agg(pl.col("_b").mean().alias("retrieval_valence_bias"))
     out = money
     for f in (counts, pad, bias):
         out = out.join(f.with_columns(pl.col("clade_id").cast(pl.Int32)), on="clade_id", how="left")

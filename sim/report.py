@@ -46,7 +46,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 .col{min-width:0} .col h3{font-size:13px;color:#5b6475;margin:0 0 6px}
 img{max-width:100%;height:auto;display:block;border:1px solid #e3e7ee;border-radius:4px;background:#fff}
 table{border-collapse:collapse;font-size:12px;margin:6px 0} th,td{padding:3px 8px;border-bottom:1px solid #e6e9ef;text-align:right}
-th{background:#eef1f6} td.l,th.l{text-align:left} .none{color:#8a93a3;font-style:italic;font-size:13px;padding:8px 0}
+th{background:#eef1f6} td.l,th.l{text-align:left}
+.col table,body>table{display:block;max-width:100%;overflow-x:auto} .col{overflow-wrap:anywhere} .none{color:#8a93a3;font-style:italic;font-size:13px;padding:8px 0}
 """
 LOAD_SCRIPT = """<script>
 window.addEventListener('load', function () {
@@ -148,21 +149,42 @@ def table_html(df: pl.DataFrame, fmt: dict[str, str] | None = None, left: Sequen
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-class Clock:
-    """Simulated time -> plot axis: hours (short runs) or days since the run's first bar; on a
-    recorded tape (a real market), calendar dates in UTC."""
+def _tape_epoch(run: Path, depth: int = 0) -> int | None:
+    """Epoch ms of simulated time 0 when the run's market is a recorded real tape: a file, or a run
+    replayed from one (the chain of parent runs is followed); None for a generated market, and for
+    a counterfactual of one, whose tape holds the generator's clock from 0."""
+    tape = A.manifest(run).get("tape") or {}
+    src = tape.get("source", "generator")
+    if "t0_ms" not in tape or src == "generator":
+        return None
+    if src == "run" and depth < 8 and tape.get("run") and (Path(tape["run"]) / "manifest.json").exists():
+        return int(tape["t0_ms"]) if _tape_epoch(Path(tape["run"]), depth + 1) is not None else None
+    if src == "run":   # the parent is gone: a generated tape starts within the first day of 1970
+        return int(tape["t0_ms"]) if int(tape["t0_ms"]) >= 8.64e7 * 365 else None
+    return int(tape["t0_ms"])
 
-    def __init__(self, run: Path):
-        t = A.market(run).select(pl.col("sim_ms").min().alias("a"), pl.col("sim_ms").max().alias("b")).collect()
-        if t["a"][0] is None:
-            t = A.scan_runs(run, "heartbeats").select(pl.col("time_ms").min().alias("a"),
-                                                     pl.col("time_ms").max().alias("b")).collect()
-        self.t0 = int(t["a"][0] or 0)
-        span = (int(t["b"][0] or 0) - self.t0) / 3.6e6
-        tape = A.manifest(run).get("tape") or {}
-        #: epoch ms of simulated time 0 on a real tape (a file, or a run replayed from one), else None
-        self.epoch0 = int(tape["t0_ms"]) if tape.get("source", "generator") != "generator" and "t0_ms" in tape \
-            else None
+
+class Clock:
+    """Simulated time -> plot axis: hours (short runs) or days since the first bar; on a recorded
+    real tape, calendar dates in UTC. One Clock serves every run of a page (`runs`: one or both
+    arms of a compare), so both arms are drawn on the same axis: calendar dates only when every run
+    is on a real tape starting at the same instant, else time since the earliest start."""
+
+    def __init__(self, runs: Path | Sequence[Path]):
+        runs = [runs] if isinstance(runs, (str, Path)) else list(runs)
+        lo, hi = [], []
+        for run in runs:
+            t = A.market(run).select(pl.col("sim_ms").min().alias("a"), pl.col("sim_ms").max().alias("b")).collect()
+            if t["a"][0] is None:
+                t = A.scan_runs(run, "heartbeats").select(pl.col("time_ms").min().alias("a"),
+                                                         pl.col("time_ms").max().alias("b")).collect()
+            lo.append(int(t["a"][0] or 0))
+            hi.append(int(t["b"][0] or 0))
+        self.t0 = min(lo)
+        span = (max(hi) - self.t0) / 3.6e6
+        epochs = {_tape_epoch(Path(r)) for r in runs}
+        #: epoch ms of simulated time 0 on a real tape shared by every run, else None
+        self.epoch0 = epochs.pop() if len(epochs) == 1 else None
         if self.epoch0 is not None:
             self.unit_ms, self.label = 8.64e7, "date (UTC)"
         else:
@@ -482,13 +504,17 @@ def section_grimoire(run: Path, golems: list[int], names: dict[int, str] | None 
 def summary(runs: list[Path], threshold: float, min_ticks: int) -> str:
     bs = A.bias_summary(runs, threshold, min_ticks).collect()
     life = A.life_summaries(runs).group_by("run").agg(
-        pl.len().alias("golems"), (~pl.col("alive")).sum().alias("deaths"), pl.col("flashbulbs").sum(),
-        (pl.col("final_value").sum() / pl.col("value0").sum() - 1).alias("pnl_pct"))
+        pl.len().alias("golems"), (~pl.col("alive")).sum().alias("deaths"), pl.col("flashbulbs").sum())
+    life = life.join(A.run_pnl(runs).select("run", "pnl_pct"), on="run", how="left")
     ev = A.scan_runs(runs, "events").group_by("run").agg((pl.col("kind") == "contagion").sum().alias("contagion"))
     t = (pl.LazyFrame({"run": A.run_names(runs)}).join(life, on="run", how="left")
          .join(bs.lazy().drop("golems"), on="run", how="left").join(ev, on="run", how="left")
          .select("run", "golems", "deaths", "pnl_pct", "flashbulbs", "contagion", "mean_mood_congruence",
                  "mean_valence_bias", "lock_in_episodes", "lock_in_share").collect())
+    if t.height == 2:   # a compare: B - A of every number
+        d = t.select(pl.lit("B − A").alias("run"), *[pl.col(c).cast(pl.Float64).last()
+                                                     - pl.col(c).cast(pl.Float64).first() for c in t.columns[1:]])
+        t = pl.concat([t, d], how="vertical_relaxed")
     return table_html(t, {"pnl_pct": "+.2%", "lock_in_share": ".1%", "mean_mood_congruence": "+.3f",
                           "mean_valence_bias": "+.3f"}, ["run"])
 
@@ -530,21 +556,80 @@ def build_html(run: str | Path, compare: str | Path | None = None, threshold: fl
         A.run_dirs(r)  # raises a clear error for a missing run
     per: list[dict[str, str]] = []
     figures: list[Figures] = []
+    ck = Clock(runs)   # both arms on one time axis
     for r in runs:
         figures.append(Figures())
         _FIGURES.append(figures[-1])
         try:
-            per.append(_sections(r, threshold, min_ticks, max_golems))
+            per.append(_sections(r, threshold, min_ticks, max_golems, ck))
         finally:
             _FIGURES.pop()
+    overlay = ""
     if len(runs) == 2:
         share_y(*figures)
+        overlay = section_overlay(runs, Clock(runs))
     per = [{k: f.render(v) for k, v in s.items()} for s, f in zip(per, figures)]
-    return _page(runs, per, threshold, min_ticks, section_lockin(runs))
+    return _page(runs, per, threshold, min_ticks, section_lockin(runs), overlay)
 
 
-def _sections(r: Path, threshold: float, min_ticks: int, max_golems: int) -> dict[str, str]:
-    ck, names = Clock(r), A.clade_names(r)
+#: the series the compare view overlays, (label, heartbeat expression per bucket)
+OVERLAY = (("mean mood P", pl.col("mood_p").mean()), ("mean emotion A", pl.col("a").mean()))
+
+
+def overlay_series(runs: list[Path], every: str | int = "1h") -> pl.DataFrame:
+    """Both arms per time bucket on their shared simulated clock: the book's P&L % (`book_pnl`:
+    Σ value at each Golem's last heartbeat in or before the bucket / Σ initial book - 1, after that
+    tick's fees, the P&L of `analysis.golem_pnl`), the OVERLAY means over awake heartbeats and the
+    mean mood congruence (retrievals that chose), one row per (run, bucket_ms)."""
+    ms = A._ms(every)
+    out = []
+    for r, name in zip(runs, A.run_names(runs)):
+        cap = A.golem_pnl(r).select(pl.col("capital").sum()).collect().item()
+        hb = A.scan_table(r, "heartbeats").with_columns(A._bucket("time_ms", ms).alias("bucket_ms"))
+        val = (hb.group_by("golem_id", "bucket_ms").agg(pl.col("value").sort_by("time_ms").last())
+               .collect().pivot("golem_id", index="bucket_ms", values="value").sort("bucket_ms"))
+        val = val.select("bucket_ms", (pl.sum_horizontal(pl.exclude("bucket_ms").forward_fill()) / cap - 1)
+                         .alias("book_pnl"))
+        # a Golem not yet ticked holds its capital; one that died keeps its last value (forward fill)
+        awake = hb.filter(pl.col("state_path") != "DREAMING").group_by("bucket_ms").agg(
+            *[e.alias(lbl) for lbl, e in OVERLAY]).collect()
+        mc = (A.mood_congruence(r).with_columns(A._bucket("time_ms", ms).alias("bucket_ms")).group_by("bucket_ms")
+              .agg(pl.col("mood_congruence").mean()).collect())
+        out.append(val.join(awake, on="bucket_ms", how="full", coalesce=True)
+                   .join(mc, on="bucket_ms", how="left").select(pl.lit(name).alias("run"), pl.all()))
+    return pl.concat(out, how="vertical_relaxed").sort("run", "bucket_ms")
+
+
+def section_overlay(runs: list[Path], ck: Clock) -> str:
+    """Compare view: both arms on one time axis (one Clock), each series with B - A below it
+    (buckets both arms have), so where and how far B departs from A reads off one chart."""
+    s = overlay_series(runs)
+    na, nb = A.run_names(runs)
+    series = [("book P&L %", "book_pnl", 100), *[(lbl, lbl, 1) for lbl, _ in OVERLAY],
+              ("mood congruence", "mood_congruence", 1)]
+    fig, axes = plt.subplots(2 * len(series), 1, figsize=(10, 2.0 * len(series) + 1), sharex=True,
+                             gridspec_kw={"height_ratios": [2, 1] * len(series)})
+    wide = s.pivot("run", index="bucket_ms", values=[c for _, c, _ in series]).sort("bucket_ms")
+    x = ck(wide["bucket_ms"].to_numpy())
+    for i, (label, col, scale) in enumerate(series):
+        a = wide[f"{col}_{na}"].cast(pl.Float64).to_numpy() * scale
+        b = wide[f"{col}_{nb}"].cast(pl.Float64).to_numpy() * scale
+        ax, dx = axes[2 * i], axes[2 * i + 1]
+        ax.plot(x, a, color=CLADE_COLOURS[0], lw=1.2, label=f"A: {na}")
+        ax.plot(x, b, color=CLADE_COLOURS[1], lw=1.2, label=f"B: {nb}")
+        ax.set_ylabel(label, fontsize=8)
+        dx.axhline(0, color="#999", lw=0.6)
+        dx.plot(x, b - a, color="#333", lw=1)
+        dx.set_ylabel("B − A", fontsize=8)
+        if i == 0:
+            ax.legend(fontsize=7, frameon=False, ncol=2, loc="lower left", bbox_to_anchor=(0, 1.0))
+    ck.axis(axes[-1])
+    axes[-1].set_xlabel(ck.label + " (one clock for both runs; hourly buckets)")
+    return img(fig, "both runs overlaid on one time axis, with B minus A")
+
+
+def _sections(r: Path, threshold: float, min_ticks: int, max_golems: int, ck: Clock | None = None) -> dict[str, str]:
+    ck, names = ck or Clock(r), A.clade_names(r)
     life = A.life_summaries(r).collect()
     golems = _golem_subset(life, max_golems)
     s: dict[str, str] = {}
@@ -648,7 +733,8 @@ def what_changed(a: Path, b: Path) -> str:
     return "; ".join(bits) if bits else "no difference in seed, scenario or config (same inputs)"
 
 
-def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_ticks: int, lockin: str = "") -> str:
+def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_ticks: int, lockin: str = "",
+          overlay: str = "") -> str:
     cls = "c2" if len(runs) == 2 else "c1"
     title = "golem-sim report: " + " vs ".join(r.name for r in runs)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -660,6 +746,8 @@ def _page(runs: list[Path], per: list[dict[str, str]], threshold: float, min_tic
     parts += ["<h2>Summary</h2>", summary(runs, threshold, min_ticks),
               f'<div class="note">lock-in: mood congruence &gt; {threshold:g} for ≥ {min_ticks} consecutive ticks; '
               "mood congruence = served minus pool mean emotional factor (0 = no mood bias).</div>"]
+    if overlay:
+        parts += ["<h2>B against A on one time axis</h2>", overlay]
     if lockin:
         parts += ["<h2>Lock-in: the holders' mood through the crash and its recovery</h2>", lockin]
     for key in per[0]:

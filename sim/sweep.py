@@ -314,9 +314,9 @@ def run_figures(run_dir: str | Path, manifest: dict) -> dict:
 
     from sim import analysis as A
     life = A.life_summaries(run_dir).select(
-        pl.len().alias("golems"), (pl.col("final_value") - pl.col("value0")).sum().alias("pnl"),
-        pl.col("final_value").sum().alias("v1"), pl.col("value0").sum().alias("v0"),
-        (~pl.col("alive")).sum().alias("deaths"), pl.col("flashbulbs").sum().alias("flashbulbs")).collect().row(0, named=True)
+        pl.len().alias("golems"), (~pl.col("alive")).sum().alias("deaths"),
+        pl.col("flashbulbs").sum().alias("flashbulbs")).collect().row(0, named=True)
+    money = A.run_pnl(run_dir).collect().row(0, named=True)
     bs = A.bias_summary(run_dir).collect()
     b = bs.row(0, named=True) if bs.height else {}
 
@@ -324,7 +324,7 @@ def run_figures(run_dir: str | Path, manifest: dict) -> dict:
         return None if x is None or x != x else float(x)   # NaN -> null
     hashes = manifest.get("hashes") or {}
     return {"wall_s": manifest.get("wall_s"), "golem_ticks": manifest.get("golem_ticks"), "golems": int(life["golems"]),
-            "pnl": num(life["pnl"]), "pnl_pct": num(life["v1"] / life["v0"] - 1) if life["v0"] else None,
+            "pnl": num(money["pnl"]), "pnl_pct": num(money["pnl_pct"]) if money["capital"] else None,
             "deaths": int(life["deaths"] or 0), "flashbulbs": int(life["flashbulbs"] or 0),
             "retrievals": int(b.get("retrievals") or 0), "mean_mood_congruence": num(b.get("mean_mood_congruence")),
             "mean_valence_bias": num(b.get("mean_valence_bias")), "lock_in_share": num(b.get("lock_in_share")),

@@ -171,3 +171,36 @@ def test_contagion_wave_in_seconds(crash, figs):
     # before the delivery: the receivers' mean arousal before; after: their mean arousal after
     g = w.filter(pl.col("clade_distance") == w["clade_distance"][0])
     assert y[0] == pytest.approx(g["a_before"].mean()) and y[-1] == pytest.approx(g["a_after"].mean())
+
+
+def test_compare_of_a_counterfactual_overlays_both_arms_on_one_clock(crash, tmp_path, figs):
+    """A counterfactual of a generated market replays a recorded tape: both arms must still be drawn
+    in the same unit from the same origin (not days on one side and 1970 dates on the other), the
+    overlay must carry both arms and B - A, and the summary a B - A row."""
+    from sim.replay import counterfactual
+    cf = counterfactual(crash, ["clade.enabled=false"], tmp_path / "cf").run_dir
+    ck = R.Clock([crash, cf])
+    assert not ck.calendar and R.Clock(cf).calendar is False and ck.label == "hours"
+    text = R.build_html(crash, cf)
+    price = [f for f in figs if f.axes[0].get_ylabel().endswith(" close")]
+    assert len(price) == 2
+    xs = [f.axes[0].get_lines()[0].get_xdata() for f in price]
+    assert xs[0].min() == pytest.approx(xs[1].min()) and xs[0].max() == pytest.approx(xs[1].max())
+    assert 0 <= xs[0].min() < 1 and 40 < xs[0].max() < 49          # hours of a 2-day run, not dates
+    over = next(f for f in figs if any(ax.get_ylabel() == "book P&L %" for ax in f.axes))
+    ax = next(a for a in over.axes if a.get_ylabel() == "book P&L %")
+    diff = over.axes[over.axes.index(ax) + 1]
+    (xa, a), (_, b) = [(ln.get_xdata(), ln.get_ydata()) for ln in ax.get_lines()]
+    assert diff.get_ylabel() == "B − A" and np.allclose(diff.get_lines()[-1].get_ydata(), b - a, equal_nan=True)
+    # the overlay's last point is each arm's P&L by the one definition
+    for run, y in ((crash, a), (cf, b)):
+        assert y[-1] == pytest.approx(100 * A.run_pnl(run).collect()["pnl_pct"][0])
+    assert "B against A on one time axis" in text and ">B − A<" in text
+    import re
+    row = re.search(r"<tr><td class=\"l\">B − A</td>(.*?)</tr>", text).group(1)
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", row)          # golems, deaths, pnl_pct, flashbulbs, ...
+    fb = [A.life_summaries(r).collect()["flashbulbs"].sum() for r in (crash, cf)]
+    assert cells[3] == format(float(fb[1]) - float(fb[0]), ".3g")    # unsigned counts subtract as signed
+    pnl = [A.run_pnl(r).collect()["pnl_pct"][0] for r in (crash, cf)]
+    assert cells[2] == f"{pnl[1] - pnl[0]:+.2%}"
+    assert ".col table,body>table{display:block;max-width:100%;overflow-x:auto}" in text
