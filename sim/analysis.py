@@ -237,7 +237,8 @@ def lock_in_episodes(runs: RunLike, metric: str = "mood_congruence", threshold: 
 
 def bias_summary(runs: RunLike, threshold: float = 0.4, min_ticks: int = 12) -> pl.LazyFrame:
     """One row per run: mean biases over the retrievals that chose (`retrievals`), how much of the
-    run Golems spent locked in, and `choice_share`'s columns (what share of recall the means see)."""
+    run Golems spent locked in, and `choice_share`'s columns (what share of recall the means see).
+    A run in which no retrieval chose has null means and lock_in_share: no bias could be measured."""
     rb = retrieval_bias(runs).group_by("run").agg(
         pl.len().alias("retrievals"), pl.col("golem_id").n_unique().alias("golems"),
         pl.col("mood_congruence").mean().alias("mean_mood_congruence"),
@@ -245,9 +246,12 @@ def bias_summary(runs: RunLike, threshold: float = 0.4, min_ticks: int = 12) -> 
     ep = lock_in_episodes(runs, threshold=threshold, min_ticks=min_ticks).group_by("run").agg(
         pl.len().alias("lock_in_episodes"), pl.col("length").sum().alias("lock_in_ticks"),
         pl.col("length").max().alias("longest_lock_in"))
-    return (rb.join(ep, on="run", how="left").join(choice_share(runs), on="run", how="left")
-            .with_columns(pl.col("lock_in_episodes", "lock_in_ticks", "longest_lock_in").fill_null(0))
-            .with_columns((pl.col("lock_in_ticks") / pl.col("retrievals")).alias("lock_in_share")).sort("run"))
+    return (pl.LazyFrame({"run": run_names(runs)}).join(rb, on="run", how="left").join(ep, on="run", how="left")
+            .join(choice_share(runs), on="run", how="left")
+            .with_columns(pl.col("retrievals", "golems", "lock_in_episodes", "lock_in_ticks", "longest_lock_in",
+                                 "retrievals_all", "retrievals_chose").fill_null(0))
+            .with_columns(pl.when(pl.col("retrievals") > 0).then(pl.col("lock_in_ticks") / pl.col("retrievals"))
+                          .alias("lock_in_share")).sort("run"))
 
 
 # ---------------------------------------------------------------------------------- Grimoire
@@ -816,6 +820,12 @@ def _t_coverage(t: float, df: int) -> float:
     return math.sin(th) * acc
 
 
+def direction(d: dict) -> str:
+    """What a `paired_difference` result shows, in the words notebooks print: 'positive' when its
+    interval lies above 0, 'negative' below, 'null' when it contains 0 (or fewer than 2 pairs)."""
+    return {"+": "positive", "-": "negative"}.get(d.get("sign"), "null")
+
+
 def t_quantile(level: float, df: int) -> float:
     """The t with P(|T| <= t) = level (the half-width factor of a two-sided `level` interval),
     by bisection on the exact coverage; numpy and polars have no t distribution."""
@@ -860,4 +870,4 @@ __all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manife
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",
            "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "holders", "situation_emotions",
            "pinned_share", "regime_spans", "event_counts", "crash_episode", "holder_mood",
-           "mood_recovery", "t_quantile", "paired_difference"]
+           "mood_recovery", "t_quantile", "paired_difference", "direction"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import polars as pl
+import pytest
 from nbclient import NotebookClient
 
 from conftest import cli, table
@@ -47,14 +48,23 @@ def test_the_loop_on_the_command_line(tmp_path):
     assert fearful > momentum + 0.3     # the fearful buy the crash that momentum sells
 
 
-def test_the_example_notebook_executes():
+def test_the_example_notebook_executes(tmp_path):
     nb = nbformat.read(EXAMPLE / "fearful_buyer.ipynb", as_version=4)
     assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code"), "stored with outputs"
     assert "Simulation.from_yaml" in "".join(c.source for c in nb.cells)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(EXAMPLE)}}).execute()
+    # started outside the repository: it finds its files through the installed package
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     figures = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert figures >= 2
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert "final_pnl" in text and "report:" in text and "\x1b[" not in text
     conclusion = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     assert len(re.findall(r"[-+]?\d+\.\d+", conclusion)) >= 5, conclusion
+
+    # the Clade P&L panel ends where the run's P&L does (each Golem's last value, not a sum of its ticks)
+    import ast
+    panel = ast.literal_eval(re.search(r"Clade P&L % at the last hour: (\{.*\})", text).group(1))
+    pnl = ast.literal_eval(re.search(r"P&L % \(run_pnl\): (\{.*\})", text).group(1))
+    assert panel.keys() == pnl.keys() == {"fearful buyer", "momentum"}
+    for arm in pnl:
+        assert panel[arm] == pytest.approx(pnl[arm], abs=1e-3) and abs(pnl[arm]) < 50

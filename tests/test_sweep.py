@@ -101,9 +101,11 @@ def test_failures_are_recorded_and_the_rest_complete(pool_sweep):
     assert tape["overrides"].to_list()[0][0].startswith("contrarian.enabled=")
     ok = s.filter(pl.col("status") == "ok")
     assert ok.height == 4 and set(ok["scenario"]) == {"calm"}
-    for col in ("wall_s", "golem_ticks", "pnl", "pnl_pct", "deaths", "flashbulbs", "mean_mood_congruence",
-                "mean_valence_bias", "lock_in_share", "heartbeats_hash", "content_hash"):
+    for col in ("wall_s", "golem_ticks", "pnl", "pnl_pct", "deaths", "flashbulbs", "heartbeats_hash", "content_hash"):
         assert ok[col].null_count() == 0, col
+    # a bias is measured only where some retrieval chose (a pool larger than top-k); else it is null, not 0
+    for col in ("mean_mood_congruence", "mean_valence_bias", "lock_in_share"):
+        assert (ok[col].is_null() == (ok["retrievals"] == 0)).all() and ok[col].null_count() < 4, col
     assert (ok["golem_ticks"] > 0).all() and ok["error"].null_count() == 4
 
 
