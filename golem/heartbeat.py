@@ -524,7 +524,10 @@ class Mind:
             served_scores=lambda: np.where(served, scores, np.nan),
             served_factors=lambda: np.where(served[:, :, None], res.factors, np.nan), served_valence=res.valence,
             served_outcome=lambda: np.where(served & sc["has_outcome"], sc["outcome"], np.nan),
-            served_confidence=lambda: np.where(served, sc["confidence"], np.nan)))
+            served_confidence=lambda: np.where(served, sc["confidence"], np.nan),
+            served_category=lambda: np.where(served, self.gr.cols["category"][np.where(served, res.slots, 0)], -1),
+            served_kind=lambda: np.where(served, self.gr.cols["kind"][np.where(served, res.slots, 0)], -1),
+            served_topic=lambda: np.where(served, np.vectorize(self.topic_name, otypes=[object])(sc["topic"]), "")))
         strat = pop.strategy[ix]
 
         def choose(m):

@@ -20,6 +20,8 @@ from typing import Any, Callable, ContextManager, Mapping
 import numpy as np
 
 from golem import mortality
+from golem.grimoire import CATEGORIES
+from golem.memory_writer import KINDS
 from golem.population import HIST, PHASES
 
 #: the factors of a served entry's score, in `CohortView.served_factors[..., i]` order (SPEC §4.1)
@@ -277,13 +279,19 @@ class CohortView:
         served_ids (n, k) entry ids, -1 where nothing was served; served_scores (n, k) (NaN there);
         served_factors (n, k, 4) semantic, temporal, importance, emotional (FACTORS);
         served_valence (n, k) the tags' P (0 untagged); served_outcome (n, k) (NaN without one);
-        served_confidence (n, k)
+        served_confidence (n, k); what each served entry is: served_category (n, k) codes into
+        CATEGORIES (episode, insight, heuristic, warning, ...), served_kind (n, k) codes into KINDS
+        (price-move, event, trade, flashbulb, inherited, ...), -1 where nothing was served, and
+        served_topic (n, k) its topic as a string ("ETH/flashbulb"; "" where none). E.g. "sell
+        when the top memory is a warning": view.served_category[:, 0] == view.CATEGORIES.index("warning")
     Run
         params (the plug-in's scenario parameters), config (the run's frozen config)
     """
 
     PHASES = PHASES
     FACTORS = FACTORS
+    CATEGORIES = CATEGORIES
+    KINDS = KINDS
     __slots__ = ("_read", "params")
 
     def __init__(self, mind, ix: np.ndarray, obs, memory: Mapping[str, Any] | None = None,
@@ -384,6 +392,9 @@ class CohortView:
     served_valence = property(lambda self: self._read("mem", "served_valence"))
     served_outcome = property(lambda self: self._read("mem", "served_outcome"))
     served_confidence = property(lambda self: self._read("mem", "served_confidence"))
+    served_category = property(lambda self: self._read("mem", "served_category"))
+    served_kind = property(lambda self: self._read("mem", "served_kind"))
+    served_topic = property(lambda self: self._read("mem", "served_topic"))
 
     def __repr__(self) -> str:
         return f"CohortView({self.n} Golems, {self._read('stage')}, t={self.now_ms / 3_600_000:g} h)"

@@ -51,6 +51,7 @@ def scenario_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, 
     regimes = raw.get("market", {}).get("regimes")
     if names and isinstance(regimes, dict) and set(names) == set(regimes):
         raw["market"]["regimes"] = {n: regimes[n] for n in names}
+    _reset_strategy_params(raw, sets or {})
     for k, v in (sets or {}).items():
         set_dotted(raw, k, v, source=set_text(k, v))
     try:
@@ -58,6 +59,21 @@ def scenario_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, 
     except ValidationError as err:
         src = f"{Path(run_dir) / 'manifest.json'} scenario"
         raise InputError(format_validation_error(err, src, model=Scenario, sets=sets)) from None
+
+
+def _reset_strategy_params(raw: dict, sets: dict[str, Any]) -> None:
+    """A --set that changes group i's strategy (golems.i.strategy) starts the new strategy from its
+    own defaults: the recorded strategy_params belong to the old one (a built-in would refuse a
+    plug-in's keys), so they are dropped unless the same --set list gives golems.i.strategy_params."""
+    golems = raw.get("golems")
+    for k, v in sets.items():
+        parts = k.split(".")
+        if len(parts) != 3 or parts[0] != "golems" or parts[2] != "strategy" or not parts[1].isdigit():
+            continue
+        i = int(parts[1])
+        if isinstance(golems, list) and i < len(golems) and isinstance(golems[i], dict) \
+                and golems[i].get("strategy") != v and f"golems.{i}.strategy_params" not in sets:
+            golems[i].pop("strategy_params", None)
 
 
 def config_from_manifest(manifest: dict, run_dir: str | Path, sets: dict[str, Any] | None = None):

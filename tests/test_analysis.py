@@ -217,10 +217,14 @@ def test_life_summaries(run):
           vitality=[0.9, 1.0, 1.0, 1.0, 0.1], phase=["thriving"] * 3 + ["thriving", "terminal"])
     write(run, "events", time_ms=[0, 300_000, 300_000], seq=[0, 1, 2], golem_id=[0, 0, 1], kind=["flashbulb"] * 2 + ["death"],
           payload=["{}", "{}", json.dumps({"cause": "capital", "value": 40.0, "budget": 900.0})])
+    # P&L is against the initial book (capital 120), not the first heartbeat's value (100)
+    (run / "manifest.json").write_text(json.dumps({"scenario": {"golems": [{"count": 2, "clade": "c", "capital": 120}]}}))
     life = A.life_summaries(run).collect()
     g0, g1 = life.row(0, named=True), life.row(1, named=True)
-    assert (g0["ticks"], g0["value0"], g0["final_value"], g0["pnl"]) == (3, 100.0, 90.0, -10.0)
-    assert g0["pnl_pct"] == pytest.approx(-0.1)
+    assert (g0["ticks"], g0["value0"], g0["capital"], g0["final_value"], g0["pnl"]) == (3, 100.0, 120.0, 90.0, -30.0)
+    assert g0["pnl_pct"] == pytest.approx(-0.25)
+    tot = A.run_pnl(run).collect().row(0, named=True)
+    assert (tot["capital"], tot["final_value"], tot["pnl"]) == (240.0, 130.0, -110.0)
     assert g0["emotions"] == ["fear", "joy"] and g0["dominant_emotion"] == "joy" and g0["n_emotions"] == 2
     assert (g0["flashbulbs"], g0["alive"], g0["cause"]) == (2, True, None)
     assert g0["final_vitality"] == pytest.approx(0.9) and g0["max_arousal"] == pytest.approx(0.5)
