@@ -826,6 +826,16 @@ def direction(d: dict) -> str:
     return {"+": "positive", "-": "negative"}.get(d.get("sign"), "null")
 
 
+def describe(d: dict, fmt: str = "+.3f", scale: float = 1.0) -> str:
+    """A `paired_difference` result as the notebooks print it: 'mean [low, high], n = N, <direction>'."""
+    if not d.get("n"):
+        return "no data (n = 0), null"
+    if d.get("low") is None:
+        return f"{format(scale * d['mean'], fmt)} (n = {d['n']}: too few for an interval), null"
+    return (f"{format(scale * d['mean'], fmt)} [{format(scale * d['low'], fmt)}, {format(scale * d['high'], fmt)}], "
+            f"n = {d['n']}, {direction(d)}")
+
+
 def t_quantile(level: float, df: int) -> float:
     """The t with P(|T| <= t) = level (the half-width factor of a two-sided `level` interval),
     by bisection on the exact coverage; numpy and polars have no t distribution."""
@@ -870,4 +880,4 @@ __all__ = ["run_dirs", "run_names", "market", "scan_table", "scan_runs", "manife
            "contagion_waves", "contagion_pushes", "contagion_response", "salience_rank_lift",
            "salience_lift_summary", "life_summaries", "pad_bands", "emotion_shares", "holders", "situation_emotions",
            "pinned_share", "regime_spans", "event_counts", "crash_episode", "holder_mood",
-           "mood_recovery", "t_quantile", "paired_difference", "direction"]
+           "mood_recovery", "t_quantile", "paired_difference", "direction", "describe"]
