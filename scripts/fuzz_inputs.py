@@ -13,6 +13,11 @@
 * damaged checkpoints: state files with flipped bytes, truncated, removed, or edited (part index,
   paths, times), through `resume`: exit 0 only with the tables of an uninterrupted run.
 
+The same checks (`invoke`, `clean_error`, `finite_tables`) serve the hypothesis properties of
+tests/test_fuzz_inputs.py, which cover generated scenarios and `--set` values, tapes and planted
+run directories (links, FIFOs); this script adds whole-file mutations of the shipped scenarios and
+damaged checkpoints.
+
 "traceback": a Python traceback, an exit status other than 0/1/2 (or 1 where only 0/2 are right),
 or an error of more than one line or 500 characters; "> 60 s": a command that had not finished
 after 60 s; "other": a silent wrong result (exit 0 on damaged input, a run with non-finite values,
@@ -28,7 +33,6 @@ import random
 import re
 import resource
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -49,40 +53,7 @@ TYPOS = {"duration": "duraton", "count": "cont", "asset": "aset", "golems": "gol
          "top_k": "topk", "every_ticks": "every_tick", "events": "event", "regimes": "regime"}
 
 
-class Hang(Exception):
-    pass
-
-
-def _alarm(_s, _f):
-    raise Hang
-
-
-def invoke(args: list[str], env: dict | None = None, limit: float = 60.0) -> tuple[str, int, str, float]:
-    """('ok'|'hang'|'crash', exit code, output, seconds) of one CLI invocation."""
-    from typer.testing import CliRunner
-
-    from sim.cli import app
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    t0 = time.perf_counter()
-    try:
-        r = CliRunner().invoke(app, [str(a) for a in args], env=env or {})
-    except Hang:
-        return "hang", -1, "", time.perf_counter() - t0
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    took = time.perf_counter() - t0
-    if isinstance(r.exception, Hang):
-        return "hang", -1, r.output, took
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        return "crash", r.exit_code, f"{type(r.exception).__name__}: {r.exception}", took
-    return "ok", r.exit_code, r.output, took
-
-
-def clean_error(out: str) -> bool:
-    lines = out.strip().splitlines()
-    return len(lines) == 1 and len(lines[0]) < 500 and "Traceback" not in out
+from test_fuzz_inputs import clean_error, finite_tables, invoke   # noqa: E402  (one checker for both)
 
 
 # ------------------------------------------------------------------------------ mutations
@@ -147,23 +118,14 @@ def mutate(text: str, rng: random.Random) -> str:
 
 
 def finite_run(run: Path) -> str | None:
-    """None, or what is wrong with a finished run's tables."""
-    import polars as pl
+    """None, or what is wrong with a finished run: its status, or a table that is not finite."""
     m = json.loads((run / "manifest.json").read_text())
     if m.get("status") != "complete":
         return f"status {m.get('status')}"
-    for t in ("heartbeats", "market", "entries", "retrievals", "events"):
-        files = sorted((run / t).glob("*.parquet"))
-        if not files:
-            continue
-        df = pl.read_parquet(files)
-        for c, dt in df.schema.items():
-            if dt == pl.Float64 and not (t == "entries" and c == "window_days") and df[c].is_infinite().any():
-                return f"{t}.{c} infinite"
-        if t == "heartbeats":
-            for c in ("p", "a", "d", "value", "price", "exposure"):
-                if df[c].null_count() or not df[c].is_finite().all():
-                    return f"heartbeats.{c} NaN/null"
+    try:
+        finite_tables(run)
+    except AssertionError as exc:
+        return f"not finite: {exc}"
     return None
 
 
