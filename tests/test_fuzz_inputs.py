@@ -23,8 +23,9 @@ table allows it), never a traceback, an "internal error" or a control character 
   edited with or without their checksum recomputed), then `report`, `replay --verify` or `resume`:
   a planted link or FIFO refused, the file outside unchanged, exit 0 only with the recorded tables.
 
-The default suite runs 200 scenarios, 120 tapes and 20 run directories (~1 minute, derandomized so
-CI sees the same examples); the long run draws GOLEM_FUZZ_EXAMPLES of each, at random:
+The default suite runs 200 scenarios, 120 tapes and 15 run directories, plus the issue's
+reproducers (`@example`; ~1 minute, derandomized so CI sees the same examples); the long run draws
+GOLEM_FUZZ_EXAMPLES of each, at random:
     GOLEM_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest tests/test_fuzz_inputs.py -n 0 -s -q --basetemp=/tmp/golem-fuzz
 (GOLEM_FUZZ_RUN_EVERY=1 runs every accepted scenario, not one in five) and prints its counts per
 target. scripts/fuzz_inputs.py reuses these checks for whole-file mutations and damaged checkpoints.
@@ -46,7 +47,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from golem.config import default_table
@@ -481,6 +482,15 @@ def test_scenarios_and_sets_are_accepted_and_run_or_refused_in_one_line(tmp_path
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 300, database=None,
               suppress_health_check=list(HealthCheck))
     @given(case=world())
+    # the issue's reproducers, always tried: inf from a tiny budget, a tiny price, 500 overlapping gas
+    # spikes; rich markup in a name; a --set value that is not UTF-8; a name of 100,000 characters
+    @example(case=({"name": "t", "duration": "1h", "golems": [{"count": 2, "budget": 5e-324}]}, None, [], {}))
+    @example(case=({"name": "t", "duration": "1h", "golems": [{"count": 2}],
+                    "market": {"assets": [{"name": "ETH", "price": 1e-320}]}}, None, [], {}))
+    @example(case=({"name": "t", "duration": "1h", "golems": [{"count": 2}], "market": {"events": [
+        {"kind": "gas_spike", "at": "10m", "duration": "1h", "gas_multiplier": 100}] * 500}}, None, [], {}))
+    @example(case=({"name": "[/]", "duration": "1h", "golems": [{"count": 2}]}, None, ["name=caf\udce9"], {}))
+    @example(case=({"name": "t", "duration": "1h", "golems": [{"count": 2}]}, None, ["name=" + "y" * 100_000], {}))
     def check(case):
         doc, how, sets, env = case
         try:
@@ -671,6 +681,13 @@ def test_tapes_are_imported_as_written_or_refused_in_one_line(tmp_path):
     @settings(max_examples=TAPE_EXAMPLES, deadline=None, derandomize=TAPE_EXAMPLES <= 300, database=None,
               suppress_health_check=list(HealthCheck))
     @given(case=tape_csv())
+    # the issue's reproducers: two-digit years (read as year 17), a close above the high
+    @example(case=(b"time,open,high,low,close,volume\n17-03-01 00:00,1,1.1,0.9,1,5\n17-03-01 01:00,1,1.1,0.9,1,5\n",
+                   None, [], "file", "new", "two_digit_year"))
+    @example(case=(b"time,open,high,low,close,volume\n2017-03-01 00:00,1,1.1,0.9,1.2,5\n2017-03-01 01:00,1,1.1,0.9,1,5\n",
+                   None, [], "file", "new", "space"))
+    @example(case=(b"time,open,high,low,close,volume\n2017-03-01 00:00,1,1.1,0.9,1,5\n2017-03-01 01:00,1,1.1,0.9,1,5\n",
+                   None, [], "link", "fifo", "space"))
     def check(case):
         counts["tried"] += 1
         try:
@@ -684,7 +701,7 @@ def test_tapes_are_imported_as_written_or_refused_in_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------------- planted run directories
-RUN_EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "20"))
+RUN_EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "15"))
 SMALL = """name: fuzz
 duration: 2h
 seed: 3
@@ -779,7 +796,10 @@ def plant(run: Path, outside: Path, op: tuple) -> bool:
         files[op[1] % len(files)].unlink()
     elif kind == "stray":
         f = parts[op[1] % len(parts)]
-        shutil.copy(f, f.with_name(f"part-{(99 if op[2] % 2 else 1) + op[1] % 7:05d}.parquet"))
+        k = (99 if op[2] % 2 else 0) + op[1] % 7
+        while f.with_name(f"part-{k:05d}.parquet").exists():
+            k += 1
+        shutil.copy(f, f.with_name(f"part-{k:05d}.parquet"))
     elif kind in ("link", "fifo", "link_name", "fifo_name"):
         p = files[op[1] % len(files)] if kind in ("link", "fifo") else run / op[1]
         if p.is_dir() and not p.is_symlink():
@@ -888,6 +908,21 @@ def test_planted_run_directories_are_refused_or_read_as_recorded(tmp_path, small
               suppress_health_check=list(HealthCheck))
     @given(base=st.sampled_from(["complete", "stopped"]), ops=st.lists(run_op, min_size=0, max_size=3),
            pick=st.integers(0, 3))
+    # the issue's reproducers: links at .reserve, manifest.json.tmp, checkpoint/spare.arrays, log.jsonl, a
+    # table folder; a FIFO as manifest or .lock; a flipped byte, a deleted part of an interrupted run; a
+    # stray part taken in by resume; a manifest without its sha256; a newest checkpoint of "format": 8
+    @example(base="stopped", ops=[("link_name", ".reserve", False)], pick=1)
+    @example(base="stopped", ops=[("link_name", "manifest.json.tmp", False)], pick=1)
+    @example(base="stopped", ops=[("link_name", "checkpoint/spare.arrays", False)], pick=1)
+    @example(base="complete", ops=[("link_name", "log.jsonl", False)], pick=1)
+    @example(base="complete", ops=[("link_name", "heartbeats", False)], pick=1)
+    @example(base="stopped", ops=[("fifo_name", "manifest.json", False)], pick=0)
+    @example(base="stopped", ops=[("fifo_name", ".lock", False)], pick=1)
+    @example(base="stopped", ops=[("flip_part", 0, 0)], pick=0)
+    @example(base="stopped", ops=[("delete_part", 3, 0)], pick=0)
+    @example(base="stopped", ops=[("stray", 5, 1)], pick=1)
+    @example(base="complete", ops=[("manifest", "status", "complete", False)], pick=1)
+    @example(base="stopped", ops=[("checkpoint", "format", 8, False, True)], pick=1)
     def check(base, ops, pick):
         counts["tried"] += 1
         try:
