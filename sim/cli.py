@@ -668,7 +668,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (scenarios, gr
     except KeyboardInterrupt:
         fail("interrupted before any run started", 130)
     if not quiet:   # piped output keeps the table's columns whole instead of 80 characters wide
-        (out if out.is_terminal else Console(width=max(out.width, 150))).print(sw.summary_table(res))
+        (out if out.is_terminal else Console(width=max(out.width, 200))).print(sw.summary_table(res))
     out.print(f"{res.planned} runs: {res.ok} ok ({res.reused} reused), {res.failed} failed, in {res.wall_s:.1f} s "
               f"on {shown(res.executor or 'no executor (nothing to run)')}; summary: {shown(res.out / 'summary')}",
               highlight=False, soft_wrap=True)
