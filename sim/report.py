@@ -47,7 +47,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 img{max-width:100%;height:auto;display:block;border:1px solid #e3e7ee;border-radius:4px;background:#fff}
 table{border-collapse:collapse;font-size:12px;margin:6px 0} th,td{padding:3px 8px;border-bottom:1px solid #e6e9ef;text-align:right}
 th{background:#eef1f6} td.l,th.l{text-align:left}
-.col table,body>table{display:block;max-width:100%;overflow-x:auto} .col{overflow-wrap:anywhere} .none{color:#8a93a3;font-style:italic;font-size:13px;padding:8px 0}
+.col table,body>table{display:block;max-width:100%;overflow-x:auto} th,td{white-space:nowrap} .none{color:#8a93a3;font-style:italic;font-size:13px;padding:8px 0}
 """
 LOAD_SCRIPT = """<script>
 window.addEventListener('load', function () {
@@ -55,6 +55,8 @@ window.addEventListener('load', function () {
   for (var i = 0; i < im.length; i++) { if (im[i].complete && im[i].naturalWidth > 0) ok++; }
   document.title = document.title + ' - loaded ' + ok + '/' + im.length;
   document.body.setAttribute('data-images', ok + '/' + im.length);
+  var d = document.documentElement;   // the page's width against the window's: equal when nothing overflows
+  document.body.setAttribute('data-width', d.scrollWidth + '/' + d.clientWidth);
 });
 </script>"""
 

@@ -184,6 +184,19 @@ def test_report_loads_in_headless_browser(report):
     assert int(m.group(1)) == int(m.group(2)) == len(n.imgs)
 
 
+@pytest.mark.skipif(_chromium() is None and not os.environ.get("CI"), reason="chromium not installed (CI installs it)")
+def test_a_compare_report_fits_a_narrow_window(crash_run, calm_run, tmp_path):
+    """Side by side, a wide table (the Golems') scrolls inside its column: in a 760 px window the page
+    is no wider than the window."""
+    out = render_report(crash_run, tmp_path / "c.html", compare=calm_run)
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=760,900",
+           "--dump-dom", out.resolve().as_uri()]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    m = re.search(r'data-width="(\d+)/(\d+)"', res.stdout)
+    assert m, (res.stdout[-500:], res.stderr[-2000:])
+    assert int(m.group(1)) <= int(m.group(2)), m.group(0)
+
+
 def test_the_lock_in_panel_says_what_the_run_measured(crash_run, calm_run, report, tmp_path):
     """SPEC §2.9 lock-in panel: the holders' mood against the price; its caption's figures are
     `analysis.mood_recovery`'s on this run, and a compared run without a crash says so."""
