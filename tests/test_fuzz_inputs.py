@@ -734,7 +734,7 @@ def small_runs(tmp_path_factory):
 
 
 JSON_VALUES = st.sampled_from([None, "x", -1, 0, 8, 2**64, 1.5, float("inf"), [], {}, [1], {"a": 1}, True,
-                                         "../../outside/secret", "0" * 64])
+                               "../../outside/secret", "0" * 64])
 MANIFEST_KEYS = ["status", "seed", "scenario", "config", "files", "hashes", "row_counts", "format", "stopped_at_s",
                  "tape", "sets", "versions", "failure", "scenario.duration", "scenario.golems", "config.retrieval"]
 CHECKPOINT_KEYS = ["format", "now_s", "part", "pending", "stats", "tape", "parts", "arrays_sha256", "array_offsets",
