@@ -450,12 +450,7 @@ def _read_raw(path: Path, fmt: str | None, sep: str, records_key: str | None = N
         if kind == "json":
             df = _read_json(path, _read_bytes(path, MAX_JSON_BYTES), records_key)
         else:
-            fd = open_regular(path, "a tape file", TapeError)
-            try:
-                with os.fdopen(fd, "rb") as fh:
-                    df = pl.read_parquet(fh)
-            except (Exception, _PanicException) as exc:
-                raise TapeError(f"{path}: not a readable Parquet file ({_short(exc)}); expected Parquet") from exc
+            df = _read_parquet(path, "Parquet")
         if df.height == 0:
             raise TapeError(f"{path}: row 1: no data rows; expected a header and at least one data row")
         lf = df.lazy().with_row_index("_row", offset=1).with_columns(pl.col("_row").cast(pl.Int64))
@@ -1006,14 +1001,19 @@ def write_tape(df: pl.DataFrame, out_path: str | Path) -> None:
 def read_tape(path: str | Path) -> pl.DataFrame:
     """Read a tape written by :func:`write_tape`, validating schema and values (TapeError)."""
     p = Path(path)
-    fd = open_regular(p, "a Parquet tape file", TapeError)
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            df = pl.read_parquet(fh)
-    except (Exception, _PanicException) as exc:
-        raise TapeError(f"{p}: not a readable Parquet file ({_short(exc)}); expected a Parquet tape") from exc
+    df = _read_parquet(p, "a Parquet tape")
     _guarded(str(p), _check_tape, df, str(p))
     return df
+
+
+def _read_parquet(path: str | Path, expected: str) -> pl.DataFrame:
+    """A Parquet file the user named, through the input door (`yaml_input.open_regular`: a regular file)."""
+    fd = open_regular(path, f"{expected} file", TapeError)
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            return pl.read_parquet(fh)
+    except (Exception, _PanicException) as exc:
+        raise TapeError(f"{path}: not a readable Parquet file ({_short(exc)}); expected {expected}") from exc
 
 
 # --------------------------------------------------------------------------- events
