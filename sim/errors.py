@@ -9,6 +9,7 @@ string is never echoed whole); `one_line` applies the same to a whole message be
 from __future__ import annotations
 
 import difflib
+import stat
 from collections.abc import Iterable
 from typing import Any
 
@@ -75,3 +76,12 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest of `choices`, or ''."""
     best = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {best[0]!r}?)" if best else ""
+
+
+_FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
+               stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, from its st_mode, for an error line."""
+    return _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")

@@ -31,6 +31,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from sim.errors import InputError, clip, escape, show
+from sim.errors import file_kind as _kind
 
 LOCK = ".lock"
 RESERVE = ".reserve"
@@ -50,13 +51,7 @@ def _oserror(exc: OSError) -> str:
 # --------------------------------------------------------------------------- opening a run's files
 #: the files a run keeps at its top level (besides its table and checkpoint folders)
 RUN_FILES = ("manifest.json", "manifest.json.tmp", RESERVE, LOCK, "log.jsonl", "report.html")
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 _WRITE = os.O_WRONLY | os.O_RDWR
-
-
-def _kind(mode: int) -> str:
-    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def _refused(path: Path, what: str, expected: str) -> InputError:

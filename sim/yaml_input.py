@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from sim.errors import InputError, clip, escape, key
+from sim.errors import InputError, clip, escape, file_kind, key
 
 #: deepest nesting a scenario, config or sweep file may have (theirs is at most 6)
 MAX_DEPTH = 32
@@ -102,8 +102,6 @@ def check_graph(root: yaml.Node, where: str, lines: bool = True) -> None:
                          if id(c) not in size and not isinstance(c, yaml.ScalarNode))
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 def open_regular(path: str | Path, what: str, error: type[Exception] = InputError) -> int:
@@ -122,8 +120,7 @@ def open_regular(path: str | Path, what: str, error: type[Exception] = InputErro
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-        raise error(f"{p}: is {kind}; expected {what} (a regular file)")
+        raise error(f"{p}: is {file_kind(mode)}; expected {what} (a regular file)")
     return fd
 
 

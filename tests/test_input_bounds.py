@@ -59,7 +59,7 @@ def special(request, tmp_path) -> tuple[Path, str]:
     if request.param == "fifo":
         p = tmp_path / "pipe.csv"
         os.mkfifo(p)
-        return p, "is a named pipe (FIFO)"
+        return p, "is a FIFO (named pipe)"
     return Path(request.param), "is a character device"
 
 
