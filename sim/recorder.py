@@ -35,7 +35,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("vitality", F64), ("phase", STR), ("price", F64), ("regime", STR), ("probe", STR), ("traded", BOOL),
         ("trade_failed", BOOL), ("entries_written", I32), ("flashbulb", BOOL), ("n_retrieved", I32),
         ("retrieval_mean_valence", F64), ("memory_signal", F64), ("marker_valence", F64), ("marker_strength", I32),
-        ("marker_escalated", BOOL), ("cache_served", BOOL)]),
+        ("marker_escalated", BOOL), ("cache_served", BOOL), ("recalled_p", F64), ("recalled_a", F64)]),
     "retrievals": pa.schema([
         ("time_ms", I64), ("golem_id", I32), ("clade_id", I32), ("tick", I64), ("profile", STR),
         ("query_p", F64), ("query_a", F64), ("query_d", F64), ("ids", LI64), ("scores", LF64),

@@ -13,7 +13,7 @@ from pathlib import Path
 from sim import resources, rundir
 from sim.checkpoint import PART_NAME, Checkpoint, load, maybe_save
 from sim.errors import InputError, clip, escape
-from sim.plugins import resolve as resolve_plugins
+from sim.plugins import resolve as resolve_plugins, source_changes
 from sim.recorder import TABLES, Recorder, table_files, warm_up as recorder_warm_up
 from sim.replay import config_from_manifest, read_manifest, scenario_from_manifest
 from sim.run import Hold, build_world, configure_logging, drive
@@ -124,8 +124,11 @@ def resume(run_dir: str | Path, progress=None):
         recorder_warm_up()
         seed = int(manifest["seed"])
         tape = ck.tape()
-        plugins = resolve_plugins(scenario, None, manifest.get("plugins"),   # the code the run loaded
+        plugins = resolve_plugins(scenario, None, manifest.get("plugins"), from_run=True,   # the code the run loaded
                                   source=f"{mpath} scenario")
+        for changed in source_changes(manifest.get("plugins"), plugins)[:1]:   # one run runs one code
+            raise InputError(f"{mpath}: {changed}; expected the code the run ran (restore that file, or run the "
+                             "scenario again)")
         world = build_world(scenario, cfg, tape, seed, progress, str(mpath), plugins=plugins)
         hold.reserve = rundir.Reserve(run_dir)
         ignored = _set_aside(stray)
