@@ -215,7 +215,7 @@ def outcome(ap, pnl_rate, look: Outlook) -> np.ndarray:
 
 
 def stimulus(ap, *, outcome, prediction, contradicted, vol_ratio, probe_sev, impulse_a, impulse_d, control, worked,
-             shock, crashing=0.0, recalled=None):
+             shock, recalled=None):
     """(P, A, D) stimulus arrays (SPEC §2.1), each the tanh of its terms' sum: within (-1, 1), linear for
     everyday values and saturating softly when several signals agree, so that a sustained crisis
     approaches the clamp without sitting on it.
@@ -225,33 +225,25 @@ def stimulus(ap, *, outcome, prediction, contradicted, vol_ratio, probe_sev, imp
 
     P (outcome): `outcome` (the tick's P&L, the window's return and drawdown: this module's `outcome`,
        which the caller keeps as the ground truth too) + prediction hit/miss * bonus - contradiction -
-       the threat of a probe on the Golem's asset - the threat of its asset crashing (`crashing`: the
-       price more than `crash_drop` below its peak of the last stop_window_s, held or not) + recall_gain *
-       the recalled feeling's P (`recalled` (n, 2): what the entries considered in the Golem's last
-       DECIDING evoke, `recalled_rows`).
+       the threat of a probe on the Golem's asset + recall_gain * the recalled feeling's P (`recalled`
+       (n, 2): what the entries considered in the Golem's last DECIDING evoke, `recalled_rows`).
     A (intensity): tanh(k_a * (realised vol / reference vol - 1)) + probe severity + `impulse_a` (regime
-       shifts and large own position changes, fading: `impulse`) + engagement * the positive part of D's
-       held term (gains being won energise) + recall_gain * the recalled feeling's A (inside
-       `arousal_gain`, as every term of A).
-    D (control): `impulse_d` (deliberate trades that filled (+) or failed (-), fading), the held term
-       tanh(k_control * control with its everyday fluctuation (|control| <= control_free) taken out)
-       (`control`: whether the Golem's positions work, the position against its trend and the book
-       against its recent level: holding what rises is control, riding what falls or a strategy that
-       keeps losing is none), how well the last trade has worked since (`worked`), tanh(k_turmoil * (1 -
-       realised vol / reference vol)) (secondary: a market wilder than normal is out of the Golem's
-       hands, a calmer one in them), minus the worst shock to a held position (exploit or rug pull,
-       liquidation, stop breached).
+       shifts and large own position changes, fading: `impulse`) + recall_gain * the recalled feeling's
+       A (inside `arousal_gain`, as every term of A).
+    D (control): `impulse_d` (deliberate trades that filled (+) or failed (-), fading), tanh(k_control * exposure * trend)
+       (holding what rises is control, riding what falls is none), how well the last trade has worked
+       since (`worked`), tanh(k_turmoil * (1 - realised vol / reference vol)) (a market wilder than
+       normal is out of the Golem's hands, a calmer one in them), minus the worst shock to a held
+       position (exploit or rug pull, liquidation, stop breached).
     """
     probe_p = np.array([ap.probe_threat.get(k, 0.0) for k in ("none", "low", "medium", "high")])
-    sp = (outcome + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted - probe_p[probe_sev]
-          - ap.crash_threat * crashing)
+    sp = outcome + ap.prediction_bonus * prediction - ap.contradiction_penalty * contradicted - probe_p[probe_sev]
     probe_a = np.array([ap.probe_arousal.get(k, 0.0) for k in ("none", "low", "medium", "high")])
-    held = np.tanh(ap.k_control * np.sign(control) * np.maximum(np.abs(control) - ap.control_free, 0.0))
-    sa = np.tanh(ap.k_a * (vol_ratio - 1.0)) + probe_a[probe_sev] + impulse_a + ap.engagement * np.maximum(held, 0.0)
+    sa = np.tanh(ap.k_a * (vol_ratio - 1.0)) + probe_a[probe_sev] + impulse_a
     if recalled is not None and ap.recall_gain != 0.0:
         sp = sp + ap.recall_gain * recalled[:, 0]
         sa = sa + ap.recall_gain * recalled[:, 1]
-    sd = impulse_d + held + worked + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock
+    sd = impulse_d + np.tanh(ap.k_control * control) + worked + np.tanh(ap.k_turmoil * (1.0 - vol_ratio)) - shock
     return np.tanh(sp), np.tanh(ap.arousal_gain * sa), np.tanh(sd)
 
 

@@ -343,57 +343,37 @@ class Mind:
         imp_d, pop.imp_d[ix] = appraisal.impulse(pop.imp_d[ix], ap.action_success * (act > 0)
                                                  - ap.failed_transaction * (act < 0), dt_s, ap.impulse_half_life_s)
         out = appraisal.outcome(ap, pnl_rate, look)
-        # the Golem's asset crashing, held or not: its price beyond crash_drop below the last stop_window_s's peak
-        recent = pop.t_hist[ix] > obs.now_ms - ap.stop_window_s * 1000.0
-        top = np.max(np.where(recent & ~np.isnan(pop.price_hist[ix]), pop.price_hist[ix], -np.inf), axis=1)
-        crashing = (price < (1.0 - ap.crash_drop) * top).astype(np.float64)
         sp, sa, sd = appraisal.stimulus(ap, outcome=out, prediction=prediction, contradicted=contradicted,
                                         vol_ratio=vol_ratio, probe_sev=sev, impulse_a=imp_a, impulse_d=imp_d,
-                                        control=control, worked=worked, shock=shock, crashing=crashing,
-                                        recalled=pop.recalled[ix])
+                                        control=control, worked=worked, shock=shock, recalled=pop.recalled[ix])
         return np.stack([sp, sa, sd], axis=1), np.tanh(out)
 
     def _shock(self, ix: np.ndarray, obs: Observation, price: np.ndarray, peak: np.ndarray) -> np.ndarray:
-        """A held position hit: an exploit or rug pull on its asset (held, or sold within the last
-        stop_window_s: the protocol failing is out of the hands of one who just fled it, while it
-        lasts), a liquidation, or a stop breached (price more than stop_loss below its `peak` over the
-        last stop_window_s, since the position was last changed: a fresh position is not stopped out
-        by the prices before it)."""
+        """A held position hit: an exploit or rug pull on its asset, a liquidation, or a stop
+        breached (price more than stop_loss below its `peak` over the last stop_window_s, since the
+        position was last changed: a fresh position is not stopped out by the prices before it)."""
         pop, ap = self.pop, self.cfg.appraisal
         held = pop.units[ix] > 1e-12
-        fled = (pop.trade_dexp[ix] < 0) & (obs.now_ms - pop.trade_ms[ix] < ap.stop_window_s * 1000.0)
-        exploit_held = (held | fled) & obs.seeing(("exploit", "rug_pull"))
+        exploit_held = held & obs.seeing(("exploit", "rug_pull"))
         liquidation = held & obs.seeing(("liquidation",))
         stop = held & (price < (1.0 - ap.stop_loss) * peak)
         return np.maximum.reduce([stop * ap.stop_breach, exploit_held * ap.exploit_held, liquidation * ap.liquidation])
 
     def _control(self, ix: np.ndarray, obs: Observation, price: np.ndarray, value: np.ndarray,
                  dt_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Control: whether the Golem's positions work, as the return on what it has at risk, while it
-        holds (exposure up to `held_exposure` counts in proportion): the mean of the held asset's
-        trend since the position was taken (log price minus its EW mean, reset when the position
-        changes) and of the book's return over its recent run in the market per unit of exposure (log
-        value minus its EW mean, not reset by trades, only while the Golem holds less than
-        `held_exposure`: a strategy whose trades keep losing loses control even though each fresh
-        position starts at zero, and a loss it has left behind is not carried into its next position); and how the last filled trade has worked since (a sale before
-        a fall, a purchase before a rise)."""
+        """Control: the held position against its asset's trend (log price minus its EW mean), and
+        how the last filled trade has worked since (a sale before a fall, a purchase before a rise)."""
         pop, ap = self.pop, self.cfg.appraisal
         llp = np.log(price)
         rho_c = appraisal.decay(dt_s, ap.control_half_life_s)
         ema = np.where(np.isnan(pop.lp_ema[ix]), llp, rho_c * pop.lp_ema[ix] + (1.0 - rho_c) * llp)
         pop.lp_ema[ix] = ema
         exposure = np.where(value > 0, pop.units[ix] * price / np.maximum(value, 1e-12), 0.0)
-        lv = np.log(np.maximum(value, 1e-12))
-        out = np.isnan(pop.lv_ema[ix]) | (exposure < ap.held_exposure)     # out of the market: judged afresh
-        lv_ema = np.where(out, lv, rho_c * pop.lv_ema[ix] + (1.0 - rho_c) * lv)
-        pop.lv_ema[ix] = lv_ema
-        holding = np.minimum(exposure / ap.held_exposure, 1.0)
         traded = pop.trade_dexp[ix] != 0
         since_trade = np.log(price / np.where(traded, pop.trade_price[ix], price))
         worked = np.tanh(ap.k_worked * pop.trade_dexp[ix] * since_trade) * appraisal.decay(
             (obs.now_ms - pop.trade_ms[ix]) / 1000.0, ap.control_half_life_s)
-        book = (lv - lv_ema) / np.maximum(exposure, ap.held_exposure)
-        return holding * 0.5 * ((llp - ema) + book), np.where(traded, worked, 0.0)
+        return exposure * (llp - ema), np.where(traded, worked, 0.0)
 
     def _validate_drivers(self, ix: np.ndarray, sgn: np.ndarray) -> None:
         """Confidence propagation (SPEC §3.4) for the entries that drove the last decision:

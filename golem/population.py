@@ -51,7 +51,6 @@ class Population:
     dt_hist: np.ndarray = field(init=False)        # (n, HIST) the seconds each of those returns spans
     t_hist: np.ndarray = field(init=False)         # (n, HIST) when each was seen (ms)
     lp_ema: np.ndarray = field(init=False)         # EW mean of the log price (control's trend)
-    lv_ema: np.ndarray = field(init=False)         # EW mean of the log of the book's value (control's book trend)
     out_open: np.ndarray = field(init=False)       # (n, OUTLOOK_BUCKETS) first value of each outlook bucket
     out_high: np.ndarray = field(init=False)       # (n, OUTLOOK_BUCKETS) highest value of each bucket
     out_bucket: np.ndarray = field(init=False)     # outlook bucket of the last tick (-1: none yet)
@@ -112,7 +111,6 @@ class Population:
         self.dt_hist = np.zeros((n, HIST))
         self.t_hist = np.full((n, HIST), np.iinfo(np.int64).min // 2, dtype=np.int64)
         self.lp_ema = np.full(n, np.nan)
-        self.lv_ema = np.full(n, np.nan)
         self.out_open = np.zeros((n, OUTLOOK_BUCKETS))
         self.out_high = np.zeros((n, OUTLOOK_BUCKETS))
         self.out_bucket = np.full(n, -1, dtype=np.int64)

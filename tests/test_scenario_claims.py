@@ -142,9 +142,8 @@ def test_slow_bleed(bleed_run):
     h = table(run, "heartbeats")
     final = h.sort("time_ms").group_by("clade_id").agg(pl.col("value").last().mean()).sort("clade_id")["value"]
     assert final[1] > final[0]            # momentum loses less than buy-and-hold
-    # buy-and-hold rides it down: about a quarter of its book in ten days (3 % a day), thriving at first
-    assert 0.6 < final[0] / 10_000 < 0.9
-    assert h.filter(pl.col("clade_id") == 0).sort("time_ms")["phase"][0] == "thriving"
+    hodl = h.filter(pl.col("clade_id") == 0)
+    assert {"thriving", "stable", "conservation"} <= set(hodl["phase"])
     deaths = events(run, "death")
     assert deaths.height >= 1 and all(json.loads(p)["cause"] == "budget" for p in deaths["payload"])
     wisdom = [json.loads(p) for p in events(run, "contagion")["payload"]]
