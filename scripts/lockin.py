@@ -183,14 +183,30 @@ def report(rows, sets, scenarios=SCENARIOS) -> tuple[str, dict]:
     return "\n".join(lines), result
 
 
+def document(data: dict) -> str:
+    """docs/lockin.md from a run's lockin.json: the command, then the tables `report` prints, re-rendered
+    from the per-run figures (so the page cannot say what its data does not)."""
+    scenarios = tuple(dict.fromkeys(r["scenario"] for r in data["runs"]))
+    text, _ = report(data["runs"], data["settings"], scenarios)
+    sets = "".join(f" --set {x}" for x in data["sets"])
+    return (f"# Lock-in results (SPEC §2.9)\n\nWritten by `scripts/lockin.py --render docs/lockin.json` from the "
+            f"per-run figures of\n`scripts/lockin.py --seeds {data['seeds']} --scenarios {','.join(scenarios)}{sets}` "
+            f"(commit {data.get('commit', 'unknown')}),\n{data['seeds']} seeds paired by seed; intervals are 95 % t "
+            "intervals over seeds; sign '0' = the interval holds 0.\n" + text + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--render", metavar="JSON", help="print docs/lockin.md from a lockin.json, running nothing")
     ap.add_argument("--seeds", type=int, default=20, help="seeds 1..N (default 20)")
     ap.add_argument("--out", default="runs/lockin")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated (default {','.join(SCENARIOS)})")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="key=value for every run (duration=2d)")
     args = ap.parse_args()
+    if args.render:
+        print(document(json.loads(Path(args.render).read_text())), end="")
+        return 0
     scenarios = tuple(x.strip() for x in args.scenarios.split(",") if x.strip())
     unknown = [x for x in scenarios if x not in SCENARIOS]
     if unknown or not scenarios:
@@ -223,8 +239,11 @@ def main() -> int:
     for r in failed[:10]:
         print(f"- FAILED {r['scenario']} / {r['setting']} / seed {r['seed']}: {r['error']}")
     print(text)
+    import subprocess
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
     (out / "lockin.json").write_text(json.dumps({"seeds": args.seeds, "sets": args.sets, "settings": sets,
-                                                 "runs": rows, **result}, indent=1, default=str) + "\n")
+                                                 "commit": commit, "runs": rows}, indent=1, default=str) + "\n")
     print(f"\nwritten: {out / 'lockin.json'}")
     return 1 if failed else 0
 

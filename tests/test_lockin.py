@@ -107,3 +107,29 @@ def test_mood_congruence_rises_with_the_emotional_weight(crash_runs):
     means = [float(np.mean(list(by_seed(crash_runs(setting[lockin.dose_setting(w)]), "congruence").values())))
              for w in lockin.DOSES]
     assert means == sorted(means) and means[-1] > means[0], means
+
+
+def test_the_lock_in_page_is_what_its_data_says_and_so_is_the_analysis_doc():
+    """docs/lockin.md is `scripts/lockin.py --render docs/lockin.json` to the byte, and each direction that
+    docs/analysis.md states about it holds in the data's paired differences (sign of the 95 % interval)."""
+    data = json.loads((ROOT / "docs" / "lockin.json").read_text())
+    assert (ROOT / "docs" / "lockin.md").read_text() == lockin.document(data)
+    comp = {(c["what"], c["metric"]): c for c in lockin.comparisons(data["runs"], "crash_recovery")}
+
+    def sign(what, metric="recovery_h"):
+        return comp[(what, metric)]["sign"]
+    assert sign("spiral: recalled feeling with every countermeasure off") == "+"
+    assert sign("recalled feeling at the defaults") == "+"
+    assert sign("all countermeasures together, on - off") == "-"
+    assert sign("anti-rumination, on - off") == "-"
+    assert comp[("contrarian, on - off", "recovery_h")]["mean"] == 0 == comp[("curator balance, on - off",
+                                                                               "recovery_h")]["mean"]
+    assert sign("REM depotentiation, on - off") == "0"
+    assert lockin.dose_monotone(data["runs"], "crash_recovery", "congruence") is True
+    assert sign(f"dose: w_emotional {lockin.DOSES[-1]} - 0") == "-"
+    assert sign("spiral: recalled feeling with every countermeasure off", "captured") == "0"
+    assert sign("spiral: recalled feeling with every countermeasure off", "final_value") == "0"
+    moods = [r["mood_p"] for r in data["runs"]]       # "the holders' mood stays above zero through most of the run"
+    assert sum(m > 0 for m in moods) > 0.8 * len(moods)
+    text = (ROOT / "docs" / "analysis.md").read_text()
+    assert "the spiral exists" in text and "recovery time falls" in text
