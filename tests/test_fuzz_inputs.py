@@ -768,6 +768,11 @@ def _set(doc: dict, dotted: str, value) -> None:
             doc[last] = value
 
 
+def _regular(p: Path) -> bool:
+    """A regular file, not a link: what `plant` may read and edit (a planted FIFO would block it)."""
+    return p.is_file() and not p.is_symlink()
+
+
 def plant(run: Path, outside: Path, op: tuple) -> bool:
     """Apply one damage to `run`; True when it planted a link or special file at a name the run uses."""
     from sim import checkpoint as ckm
@@ -823,6 +828,8 @@ def plant(run: Path, outside: Path, op: tuple) -> bool:
     elif kind == "manifest":
         _, key, value, reseal = op
         mp = run / "manifest.json"
+        if not _regular(mp):
+            return False
         try:
             m = json.loads(mp.read_bytes())
         except (ValueError, OSError):
@@ -837,8 +844,8 @@ def plant(run: Path, outside: Path, op: tuple) -> bool:
             mp.write_text(json.dumps(m))
     else:
         _, key, value, reseal, newest = op
-        states = sorted((run / "checkpoint").glob("state-*.json"))
-        if not states:
+        states = [s for s in sorted((run / "checkpoint").glob("state-*.json")) if _regular(s)]
+        if not states or (run / "checkpoint").is_symlink():
             return False
         s = states[-1 if newest else 0]
         try:
