@@ -132,8 +132,17 @@ def test_bull_run(bull_run):
     assert "surprise" in shake["emotion"].head(2).to_list()
     assert _mean(h, "p", 72, 74) < _mean(h, "p", 60, 72) and _mean(h, "a", 72, 74) > _mean(h, "a", 60, 72)
     assert h.filter((pl.col("time_ms") >= 72 * H) & (pl.col("time_ms") < 74 * H))["flashbulb"].sum() <= h["golem_id"].n_unique()
-    final = h.sort("time_ms").group_by("clade_id").agg(pl.col("value").last().mean()).sort("clade_id")["value"]
-    assert final[1] < final[0]     # the mean-reversion Clade ends with less
+
+
+def test_bull_run_mean_reversion_ends_with_less_on_most_seeds(tmp_path):
+    """bull_run's claim across seeds: the mean-reversion Clade ends with less than the momentum Clade on
+    at least three of seeds 1-4 and on average (not on every seed)."""
+    gaps = []
+    for seed in (1, 2, 3, 4):
+        h = table(run_scenario("bull_run", tmp_path / f"s{seed}", seed=seed).run_dir, "heartbeats")
+        final = h.sort("time_ms").group_by("clade_id").agg(pl.col("value").last().mean()).sort("clade_id")["value"]
+        gaps.append(final[0] - final[1])
+    assert sum(g > 0 for g in gaps) >= 3 and sum(gaps) > 0, gaps
 
 
 def test_slow_bleed(bleed_run):
