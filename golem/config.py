@@ -207,8 +207,8 @@ def _field_type(path: str, value: Any) -> Any:
         first = next(iter(value.values()), None)
         if isinstance(first, list):
             # a table of fixed-length rows of numbers (decision.risk_by_emotion: one per intensity band)
-            num = _number(float, path)
-            return dict[Literal[keys], tuple[(num,) * len(first)]]  # type: ignore
+            row = Annotated[list[_number(float, path)], Field(min_length=len(first), max_length=len(first))]
+            return dict[Literal[keys], row]  # type: ignore
         # a table of numbers with fixed keys (appraisal.probe_arousal: one value per probe severity)
         return dict[Literal[keys], _number(float, path)] if keys else dict[str, _number(float, path)]  # type: ignore
     return Any

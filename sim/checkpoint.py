@@ -60,7 +60,7 @@ import simpy
 
 from golem import grimoire as gm
 from sim.market import MarketEvent, Tape
-from sim import rundir
+from sim import datafiles
 from sim.errors import clip, escape, show
 from sim.recorder import TABLES, _json_default, atomic_write_bytes
 from sim.scenario import InputError
@@ -239,7 +239,7 @@ def save(world, ckdir: Path) -> Path:
     from sim.world import LOW
     ckdir = Path(ckdir)
     ckdir.mkdir(parents=True, exist_ok=True)
-    rundir.check_dir(ckdir, "the run's checkpoint folder")
+    datafiles.check_dir(ckdir, "the run's checkpoint folder")
     world.rec.wait_jobs()          # the last state's commit (its prune leaves the spare this save takes)
     pop, gr = world.pop, world.gr
     arrays: dict[str, np.ndarray] = {}
@@ -356,9 +356,9 @@ def _write_arrays(path: Path, arrays: dict) -> list:
         if os.path.lexists(spare):
             os.replace(spare, tmp)      # the name moves; a link planted as the spare is never written through
         try:
-            fh = rundir.open_file(tmp, "r+b")
+            fh = datafiles.open_file(tmp, "r+b")
         except (FileNotFoundError, InputError):
-            fh = rundir.open_file(tmp, "wb")   # absent, or not a regular file of ours: a new file
+            fh = datafiles.open_file(tmp, "wb")   # absent, or not a regular file of ours: a new file
         with fh:
             for k, v in arrays.items():
                 index.append([k, fh.tell()])
@@ -377,19 +377,19 @@ def _seal(path: Path) -> tuple[int, str]:
     """`_write_arrays`' temporary file fsynced, hashed and renamed to `path`: its size and sha256
     (read back from the page cache: a hash of what is on disk, not of what was meant)."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = rundir.open_fd(tmp)
+    fd = datafiles.open_fd(tmp)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    digest = rundir.sha256_file(tmp)
+    digest = datafiles.sha256_file(tmp)
     size = tmp.stat().st_size
     os.replace(tmp, path)
     return size, digest
 
 
 def _read_arrays(path: Path, index: list) -> dict[str, np.ndarray]:
-    with rundir.open_file(path, "rb") as fh:
+    with datafiles.open_file(path, "rb") as fh:
         out = {}
         for k, offset in index:
             fh.seek(offset)
@@ -606,7 +606,7 @@ def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None,
     The checksum comes first: a damaged field, the format among them, makes the state corrupt
     (the fallback takes the state before); an intact state of another format is `OtherFormat`."""
     try:
-        meta = json.loads(rundir.read_bytes(f).decode("utf-8"))
+        meta = json.loads(datafiles.read_bytes(f).decode("utf-8"))
     except InputError:
         raise Corrupt("a link or special file, not read; expected the file the run wrote") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -633,7 +633,7 @@ def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None,
             raise Corrupt(f"parts: {clip(escape(str(rel)))}: not as manifest.json lists it")
     path = ckdir / f"state-{number:05d}.arrays"     # never a path from the file: its own arrays, here
     try:
-        with rundir.open_file(path, "rb") as fh:
+        with datafiles.open_file(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size != meta["arrays_bytes"]:
                 raise Corrupt(f"{path.name} has {size:,} bytes, the state says {meta['arrays_bytes']:,}")
@@ -641,7 +641,7 @@ def _check_state(f: Path, ckdir: Path, flush_every_s: float | None = None,
         raise Corrupt(f"{path.name} is missing") from None
     except InputError:
         raise Corrupt(f"{path.name}: a link or special file, not read") from None
-    if rundir.sha256_file(path) != meta["arrays_sha256"]:
+    if datafiles.sha256_file(path) != meta["arrays_sha256"]:
         raise Corrupt(f"{path.name}: checksum mismatch")
     try:
         arrays = _read_arrays(path, meta["array_offsets"])
@@ -663,12 +663,12 @@ def covered_parts(ckdir: Path) -> tuple[dict[str, str], int] | None:
     """(the parts and their sha256, the part index) of the newest state whose own checksum holds,
     or None: what a killed run's readers check its parts against (the arrays are not read)."""
     ckdir = Path(ckdir)
-    if not rundir.check_dir(ckdir, "the run's checkpoint folder"):
+    if not datafiles.check_dir(ckdir, "the run's checkpoint folder"):
         return None
     for f in sorted((f for f in ckdir.iterdir() if _STATE.match(f.name)),
                     key=lambda f: int(_STATE.match(f.name).group(1)), reverse=True):
         try:
-            meta = json.loads(rundir.read_bytes(f).decode("utf-8"))
+            meta = json.loads(datafiles.read_bytes(f).decode("utf-8"))
             want = meta.pop("sha256", None) if isinstance(meta, dict) else None
             if want != hashlib.sha256(_canonical(meta)).hexdigest() or meta.get("format") != FORMAT:
                 continue

@@ -485,8 +485,10 @@ def diff(run_a: Path = typer.Argument(..., help="first run directory"),
     except InputError as exc:
         fail_input(exc)
     t = Table(title=f"A = {shown(run_a)}   B = {shown(run_b)}")
-    for col in ("clade", "metric", "A", "B", "B - A"):
-        t.add_column(col, justify="left" if col in ("clade", "metric") else "right")
+    names = [shown(c) for c in d["clade"].unique().to_list()]
+    for col in ("clade", "metric", "A", "B", "B - A"):     # a Clade's name is shown whole (up to 60 characters)
+        t.add_column(col, justify="left" if col in ("clade", "metric") else "right",
+                     min_width=min(60, max(map(len, names), default=5)) if col == "clade" else None)
 
     def f(x, metric, signed=False):
         if x is None:

@@ -79,7 +79,7 @@ def write_options(schema: pa.Schema) -> dict:
 def atomic_write_bytes(path: Path, data: bytes | pa.Buffer) -> None:
     """Write to a temporary name, fsync, rename: the file is whole or absent. A failed write (a
     full disk) removes its temporary and leaves any earlier version of the file in place."""
-    from sim.rundir import check_out_file, open_file
+    from sim.datafiles import check_out_file, open_file
     tmp = path.with_name(path.name + ".tmp")
     try:
         view = memoryview(data).cast("B")
@@ -221,7 +221,7 @@ class Recorder:
         self._make_dirs()
 
     def _make_dirs(self) -> None:
-        from sim.rundir import check_dir
+        from sim.datafiles import check_dir
         for t in TABLES:
             (self.dir / t).mkdir(parents=True, exist_ok=True)
             check_dir(self.dir / t, f"the folder of the {t} table")    # a real folder: never a link out
@@ -756,7 +756,7 @@ def table_files(run_dir: Path, table: str) -> list[Path]:
 
 def content_hashes(run_dir: Path) -> dict[str, str]:
     """sha256 over each table's part files, in order: the byte-identity fingerprint of a run."""
-    from sim.rundir import read_bytes
+    from sim.datafiles import read_bytes
     out = {}
     for t in TABLES:
         h = hashlib.sha256()
@@ -768,8 +768,8 @@ def content_hashes(run_dir: Path) -> dict[str, str]:
 
 
 def _part_file(f: Path):
-    """A part file opened as a run's file (sim.rundir: no link followed, no FIFO read)."""
-    from sim.rundir import open_file
+    """A part file opened as a run's file (sim.datafiles: no link followed, no FIFO read)."""
+    from sim.datafiles import open_file
     return open_file(f, "rb")
 
 

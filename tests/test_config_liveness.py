@@ -475,7 +475,7 @@ def changed(key: str, value):
         return round(value * 0.8, 12) if value != 0 else 0.1
     if isinstance(value, dict):    # a table of numbers, or of rows of numbers
         def scaled(v):
-            return tuple(scaled(x) for x in v) if isinstance(v, (list, tuple)) else (round(v * 0.8, 12) if v else 0.1)
+            return type(v)(scaled(x) for x in v) if isinstance(v, (list, tuple)) else (round(v * 0.8, 12) if v else 0.1)
         return {k: scaled(v) for k, v in value.items()}
     raise TypeError(f"{key}: no rule changes a {type(value).__name__}; give CHECKS a value")
 
