@@ -179,3 +179,24 @@ def pytest_collection_modifyitems(config, items):
     """The longest files first (stable: the order within a file is kept)."""
     rank = {f: i for i, f in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, len(FIRST)))
+
+
+def complete_and_stopped(d: Path, scenario_text: str, stop_s: float):
+    """`scenario_text` run whole in d/complete, and again in d/stopped, stopped (a Ctrl-C) at `stop_s`
+    of simulated time with a checkpoint at each flush (two of them); returns the complete run."""
+    import json
+    from sim import checkpoint as ckm
+    from sim.run import execute
+    (d / "s.yaml").write_text(scenario_text)
+    ref = execute(d / "s.yaml", d / "complete", environ={})
+
+    def stop(now_s, ticks, alive):
+        if now_s >= stop_s:
+            raise KeyboardInterrupt
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ckm, "BUDGET", float("inf"))
+        with pytest.raises(KeyboardInterrupt):
+            execute(d / "s.yaml", d / "stopped", environ={}, progress=stop)
+    assert len(list((d / "stopped" / "checkpoint").glob("state-*.json"))) == 2
+    assert json.loads((d / "stopped" / "manifest.json").read_text())["status"] == "interrupted"
+    return ref

@@ -715,21 +715,10 @@ golems:
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
     """A complete 2-Golem run of 2 h, and the same run stopped at 1.6 h with two checkpoints."""
-    from sim import checkpoint as ckm
+    from conftest import complete_and_stopped
     from sim.recorder import content_hashes
-    from sim.run import execute
     d = tmp_path_factory.mktemp("fuzz-runs")
-    (d / "s.yaml").write_text(SMALL)
-    execute(d / "s.yaml", d / "complete", environ={})
-
-    def stop(now_s, ticks, alive):
-        if now_s >= 1.6 * 3600:
-            raise KeyboardInterrupt
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ckm, "BUDGET", float("inf"))
-        with pytest.raises(KeyboardInterrupt):
-            execute(d / "s.yaml", d / "stopped", environ={}, progress=stop)
-    assert len(list((d / "stopped" / "checkpoint").glob("state-*.json"))) == 2
+    complete_and_stopped(d, SMALL, 1.6 * 3600)
     return d, {k: content_hashes(d / k) for k in ("complete", "stopped")}
 
 

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli
+from conftest import cli, complete_and_stopped
 
 from sim import checkpoint as ckm
 from sim import rundir
 from sim.errors import InputError
 from sim.recorder import content_hashes, table_files
-from sim.run import execute
 
 SCEN = """name: trust
 duration: 12h
@@ -40,19 +39,7 @@ SECRET = b"root:$6$not-a-tape:19000:0:99999:7:::\n"
 def runs(tmp_path_factory):
     """A complete run, and the same run stopped at 8 h with two checkpoints (one per flush)."""
     d = tmp_path_factory.mktemp("trust")
-    (d / "s.yaml").write_text(SCEN)
-    ref = execute(d / "s.yaml", d / "complete", environ={})
-
-    def stop(now_s, ticks, alive):
-        if now_s >= 8 * 3600:
-            raise KeyboardInterrupt
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ckm, "BUDGET", float("inf"))
-        with pytest.raises(KeyboardInterrupt):
-            execute(d / "s.yaml", d / "stopped", environ={}, progress=stop)
-    assert len(list((d / "stopped" / "checkpoint").glob("state-*.json"))) == 2
-    assert json.loads((d / "stopped" / "manifest.json").read_text())["status"] == "interrupted"
-    return d, ref.manifest["hashes"]
+    return d, complete_and_stopped(d, SCEN, 8 * 3600).manifest["hashes"]
 
 
 class Hung(BaseException):
