@@ -248,6 +248,8 @@ def read_manifest(run_dir: str | Path) -> dict:
             raise InputError(f"{p}: {k}: {show(m[k])}; expected {getattr(tp, '__name__', 'a number')}")
     if m["status"] not in STATUSES:
         raise InputError(f"{p}: status: {show(m['status'])}; expected one of {', '.join(STATUSES)}")
+    if not 0 <= m["seed"] < 2**63:      # a run's seed, as --seed takes it: a numpy SeedSequence entropy
+        raise InputError(f"{p}: seed: {show(m['seed'])}; expected an integer from 0 to 2**63 - 1")
     for k in ("hashes", "files"):
         for name, h in (m.get(k) or {}).items():
             if not isinstance(h, str):

@@ -461,3 +461,14 @@ def test_the_analysis_layer_reads_a_run_as_data(runs, tmp_path, rel, kind):
         with deadline(), pytest.raises(InputError, match=kind):
             read()
     assert outside.read_bytes() == SECRET
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, "7", 1.5])
+def test_a_resealed_manifest_with_an_impossible_seed_is_bad_input(runs, tmp_path, seed):
+    """The fuzzer's find: a manifest whose seed was edited (and its checksum recomputed) is named by replay,
+    report and resume in one line, exit 2, never an internal error."""
+    run = _copy(runs, "complete", tmp_path)
+    _reseal(run, seed=seed)
+    for cmd in (["replay", run, "--verify"], ["report", run, "-q"], ["resume", run, "-q"]):
+        code, out = cli(*cmd)
+        _one_line(code, out, "seed")
