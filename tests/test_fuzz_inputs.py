@@ -855,6 +855,14 @@ def plant(run: Path, outside: Path, op: tuple) -> bool:
 COMMANDS = {"complete": ["report", "replay", "replay", "resume"], "stopped": ["report", "resume", "resume", "replay"]}
 
 
+def _modes(run: Path) -> list[int]:
+    """The lstat modes of every name below `run`, links not followed."""
+    out = []
+    for top, dirs, files in os.walk(run, followlinks=False):
+        out += [os.lstat(os.path.join(top, n)).st_mode for n in dirs + files]
+    return out
+
+
 def check_run_dir(root: Path, small_runs, base: str, ops: list, cmd: str) -> str:
     from sim.recorder import content_hashes
     src, hashes = small_runs
@@ -864,9 +872,11 @@ def check_run_dir(root: Path, small_runs, base: str, ops: list, cmd: str) -> str
     outside = case / "outside"
     outside.mkdir()
     (outside / "secret").write_bytes(SECRET)
-    planted = False
     for op in ops:
-        planted |= plant(run, outside, op)
+        plant(run, outside, op)
+    # what is planted is what the run directory holds after every op (a later op may remove a plant:
+    # rewriting the manifest replaces a linked manifest.json.tmp): a link or a special file anywhere in it
+    planted = any(not (stat.S_ISREG(m) or stat.S_ISDIR(m)) for m in _modes(run))
     before = snapshot(outside)
     args = {"report": ["report", run, "-q"], "replay": ["replay", run, "--verify"], "resume": ["resume", run, "-q"]}[cmd]
     r = invoke(args, limit=60)
